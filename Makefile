@@ -1,0 +1,29 @@
+# `make test` is the whole suite: it creates the virtualenv, installs the project with
+# its test extras, starts a throwaway PostgreSQL server and runs pytest on both backends.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: test test-fast install demo bench lint clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	scripts/with-postgres $(PY) -m pytest $(PYTEST_ARGS)
+
+demo: $(STAMP)
+	$(VENV)/bin/eventstore demo
+
+bench: $(STAMP)
+	$(PY) -m pip install -q -e '.[bench]'
+	scripts/with-postgres $(PY) -m benchmarks all
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis build dist *.egg-info eventstore.db

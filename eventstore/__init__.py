@@ -1,0 +1,1 @@
+"""eventstore: AI chat sessions as an event-sourced log with time travel."""

@@ -1,0 +1,175 @@
+"""The one error tree of eventstore.
+
+Every failure a caller can expect surfaces as a subclass of :class:`EventStoreError`
+with a message a person can act on and structured fields a program can branch on.
+Driver exceptions (sqlite3, psycopg, SQLAlchemy) never escape raw: the storage layer
+maps them in exactly one place and chains the original as ``__cause__``.
+
+::
+
+    EventStoreError
+    ├── InvalidEvent            an action (or import line) is malformed; nothing was written
+    │   └── EventIdConflict     an event id was reused with different content
+    ├── ConcurrencyError        expected_version did not match the session head
+    ├── SessionNotFound         no session with that id
+    ├── SessionExists           a new session id (branch / import) is already taken
+    ├── VersionNotFound         the version is outside 0..head of the session
+    │   └── CompactedError      the version lies below the session's compaction baseline
+    ├── SchemaError             the database has no (or an older) eventstore schema
+    └── StorageError            the database failed; ``retryable`` tells whether to try again
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "EventStoreError",
+    "InvalidEvent",
+    "EventIdConflict",
+    "ConcurrencyError",
+    "SessionNotFound",
+    "SessionExists",
+    "VersionNotFound",
+    "CompactedError",
+    "SchemaError",
+    "StorageError",
+]
+
+
+class EventStoreError(Exception):
+    """Base class of every error eventstore raises on purpose."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InvalidEvent(EventStoreError):
+    """An action failed validation; the whole batch was refused and nothing was written.
+
+    Attributes:
+        index: position of the offending action in the batch (``None`` for a single action).
+        field: dotted path of the offending field (``"part.messageId"``), or ``None``.
+        reason: what is wrong with it, without the location.
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        field: str | None = None,
+        index: int | None = None,
+    ) -> None:
+        where = []
+        if index is not None:
+            where.append(f"action #{index}")
+        if field:
+            where.append(f"field '{field}'")
+        prefix = f"invalid event ({', '.join(where)}): " if where else "invalid event: "
+        super().__init__(prefix + reason)
+        self.reason = reason
+        self.field = field
+        self.index = index
+
+
+class EventIdConflict(InvalidEvent):
+    """An event id already recorded in the session was sent again with other content."""
+
+    def __init__(self, session: str, event_id: str, version: int) -> None:
+        super().__init__(
+            f"event id {event_id!r} is already recorded in session {session!r} at version "
+            f"{version} with different content; use a new id for a new event",
+            field="event_ids",
+        )
+        self.session = session
+        self.event_id = event_id
+        self.version = version
+
+
+class ConcurrencyError(EventStoreError):
+    """The session head was not the version the caller expected; nothing was written.
+
+    Attributes:
+        session: the session id.
+        expected: the ``expected_version`` the caller passed.
+        actual: the head the session really had (0 when it does not exist).
+    """
+
+    def __init__(self, session: str, expected: int, actual: int) -> None:
+        if expected == 0:
+            msg = f"session {session!r} already exists (head {actual}); expected a new session"
+        else:
+            msg = (
+                f"session {session!r} is at version {actual}, not {expected}: "
+                "someone else appended first; reload and retry"
+            )
+        super().__init__(msg)
+        self.session = session
+        self.expected = expected
+        self.actual = actual
+
+
+class SessionNotFound(EventStoreError):
+    """No session with this id exists."""
+
+    def __init__(self, session: str) -> None:
+        super().__init__(f"session {session!r} not found")
+        self.session = session
+
+
+class SessionExists(EventStoreError):
+    """The id chosen for a new session (a branch or an import) is already taken."""
+
+    def __init__(self, session: str) -> None:
+        super().__init__(f"session {session!r} already exists; choose another id")
+        self.session = session
+
+
+class VersionNotFound(EventStoreError):
+    """The requested version is not in ``0..head`` of the session."""
+
+    def __init__(self, session: str, version: int, head: int, message: str | None = None) -> None:
+        super().__init__(
+            message
+            or f"session {session!r} has no version {version} (versions run 0..{head})"
+        )
+        self.session = session
+        self.version = version
+        self.head = head
+
+
+class CompactedError(VersionNotFound):
+    """The requested version lies below the session's compaction baseline."""
+
+    def __init__(self, session: str, version: int, baseline: int, head: int) -> None:
+        super().__init__(
+            session,
+            version,
+            head,
+            f"session {session!r} was compacted up to version {baseline}; "
+            f"version {version} is no longer loadable (load {baseline}..{head})",
+        )
+        self.baseline = baseline
+
+
+class SchemaError(EventStoreError):
+    """The database lacks the eventstore schema or has an older one."""
+
+
+class StorageError(EventStoreError):
+    """The database failed in a way the caller did not cause.
+
+    Attributes:
+        retryable: ``True`` when the same call may succeed if made again (a lost
+            connection, a serialization failure, a busy SQLite file). Appends are only
+            safe to retry blindly when they carry ``event_ids``.
+    """
+
+    def __init__(self, message: str, *, retryable: bool = False, **context: Any) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.context = context

@@ -1,0 +1,72 @@
+"""Shared fixtures: every store test runs on SQLite and on a real PostgreSQL server.
+
+`make test` starts a throwaway PostgreSQL server (scripts/with-postgres) and exports
+EVENTSTORE_TEST_PG_URL. Without it, PostgreSQL-backed tests *fail*: they never skip,
+so a run that could not start the server can never pass as green.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "default",
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+BACKENDS = ["sqlite", "postgresql"]
+PG_URL_ENV = "EVENTSTORE_TEST_PG_URL"
+
+
+def pg_admin_url() -> str:
+    """The URL of the test server's superuser, or a test failure when there is none."""
+    url = os.environ.get(PG_URL_ENV)
+    if not url:
+        pytest.fail(
+            f"{PG_URL_ENV} is not set: PostgreSQL tests need the server that `make test` starts "
+            "(scripts/with-postgres). They fail rather than skip.",
+            pytrace=False,
+        )
+    return url
+
+
+def _psycopg_dsn(url: str) -> str:
+    return url.replace("postgresql+psycopg://", "postgresql://", 1)
+
+
+@pytest.fixture
+def pg_schema() -> Iterator[str]:
+    """A fresh, empty PostgreSQL schema for one test; yields a URL whose search_path is it."""
+    import psycopg
+
+    admin = pg_admin_url()
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(_psycopg_dsn(admin), autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    sep = "&" if "?" in admin else "?"
+    try:
+        yield f"{admin}{sep}options=-csearch_path%3D{schema}"
+    finally:
+        with psycopg.connect(_psycopg_dsn(admin), autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def db_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """A URL to an empty database of the parametrized backend, private to this test."""
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_path / 'events.db'}"
+    return str(request.getfixturevalue("pg_schema"))
