@@ -168,7 +168,7 @@ def demo_conversation() -> list[dict[str, Any]]:
             }
         )
     )
-    a += _say("a-1", " The Stoneware Mug ($14) fits. I'll add two to your cart.")
+    a += _say("a-1", "The Stoneware Mug ($14) fits. I'll add two to your cart.")
     a.append(
         _part(
             {
@@ -198,7 +198,7 @@ def demo_conversation() -> list[dict[str, Any]]:
             }
         )
     )
-    a += _say("a-1", " Done: two Stoneware Mugs are in your cart ($28.00).")
+    a += _say("a-1", "Done: two Stoneware Mugs are in your cart ($28.00).")
     a.append(_part({"type": "step-finish"}))
     a.append(_part({"type": "finish", "reason": "stop"}))
 
@@ -253,7 +253,7 @@ def demo_conversation() -> list[dict[str, Any]]:
             }
         )
     )
-    a += _say("a-2", " The advisor suggests a $50 birthday gift card. Checking out now.")
+    a += _say("a-2", "The advisor suggests a $50 birthday gift card. Checking out now.")
     a.append(
         _part(
             {
