@@ -1,0 +1,272 @@
+"""Hostile input: whatever a client sends is either stored and loaded back identically, or
+refused with ``InvalidEvent`` and nothing written — never a crash, never a driver error.
+
+Two layers are attacked:
+
+- the parser (``parse_action`` / ``parse_action_json``) with random JSON values, wrong types,
+  unknown action and part types, deep nesting, NaN/Infinity, lone surrogates, invalid UTF-8;
+- the store on both backends (``append`` / ``load`` / ``history``) with the same values plus
+  NUL characters, huge strings over the configured ``max_event_bytes``, and session / event ids
+  carrying quotes, semicolons, ``%``, unicode, NUL, nothing at all, or 10 kB of text;
+- the CLI ``append`` file path with bytes that are not UTF-8 or not JSON.
+
+``max_examples`` stays small: the suite must stay fast; the strategies aim at edges instead.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, assume, example, given, settings
+from hypothesis import strategies as st
+
+from eventstore import samples
+from eventstore.errors import EventStoreError, InvalidEvent
+from eventstore.models import parse_action, parse_action_json
+
+# --------------------------------------------------------------------------- strategies
+
+# Characters that break naive quoting, escaping, LIKE patterns, C strings and encodings.
+NASTY_CHARS = "'\";%_\\\x00\n\r\t\u2028\u202e\ufeff\U0001f600é中\x7f/*--"
+nasty_text = st.text(alphabet=st.sampled_from(NASTY_CHARS) | st.characters(), max_size=40)
+# Lone surrogates are valid Python str but not Unicode text: JSON/UTF-8 cannot carry them.
+any_text = st.text(
+    alphabet=st.characters(codec=None, exclude_categories=()), max_size=30
+) | nasty_text
+
+json_leaf = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | any_text
+)
+json_values = st.recursive(
+    json_leaf,
+    lambda inner: st.lists(inner, max_size=4)
+    | st.dictionaries(any_text, inner, max_size=4),
+    max_leaves=12,
+)
+# Values no JSON decoder could have produced.
+python_junk = st.one_of(
+    st.binary(max_size=8),
+    st.tuples(st.integers()),
+    st.sets(st.integers(), max_size=2),
+    st.builds(object),
+    st.complex_numbers(),
+    st.dictionaries(st.integers(), st.integers(), min_size=1, max_size=2),
+)
+
+TEMPLATES: list[dict[str, Any]] = samples.demo_conversation() + samples.random_actions(
+    random.Random(6), 200
+)
+OPTIONAL_KEYS = {"reason", "code", "within", "prompt"}
+
+
+def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    yield prefix
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _paths(v, (*prefix, k))
+
+
+@st.composite
+def mutated_actions(draw: st.DrawFn) -> Any:
+    """A well-formed action with one hostile change: a value replaced by a random JSON or
+    Python value, a key dropped, an unknown key added, or an unknown type tag."""
+    action = copy.deepcopy(draw(st.sampled_from(TEMPLATES)))
+    paths = [p for p in _paths(action) if p]
+    path = draw(st.sampled_from(paths))
+    parent: Any = action
+    for key in path[:-1]:
+        parent = parent[key]
+    how = draw(st.sampled_from(["replace", "junk", "drop", "extra", "type"]))
+    if how == "replace":
+        parent[path[-1]] = draw(json_values)
+    elif how == "junk":
+        parent[path[-1]] = draw(python_junk)
+    elif how == "drop":
+        del parent[path[-1]]
+    elif how == "extra":
+        parent[draw(any_text)] = draw(json_values)
+    else:
+        target = action["part"] if "part" in action and draw(st.booleans()) else action
+        target["type"] = draw(any_text | st.sampled_from(["Send", "send ", "PART", "tool_call"]))
+    return action
+
+
+@st.composite
+def valid_actions(draw: st.DrawFn) -> dict[str, Any]:
+    """A well-formed action whose free-form strings and JSON payloads are hostile but legal."""
+    action = copy.deepcopy(draw(st.sampled_from(TEMPLATES)))
+    legal_text = st.text(max_size=30) | st.text(
+        alphabet=st.sampled_from(NASTY_CHARS), max_size=30
+    )
+    legal_json = st.recursive(
+        st.none()
+        | st.booleans()
+        | st.integers(min_value=-(2**63), max_value=2**63 - 1)
+        | st.floats(allow_nan=False, allow_infinity=False)
+        | legal_text,
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(legal_text, inner, max_size=4),
+        max_leaves=12,
+    )
+    for holder in (action, action.get("part", {})):
+        for key in ("text", "id", "messageId", "name", "prompt", "within", "reason", "error"):
+            if isinstance(holder.get(key), str) and draw(st.booleans()):
+                holder[key] = draw(legal_text)
+        for key in ("input", "output") + (("error",) if holder.get("type") == "tool-error" else ()):
+            if key in holder and draw(st.booleans()):
+                holder[key] = draw(legal_json)
+    return action
+
+
+def _strip_null_optionals(action: Any) -> Any:
+    """SPEC §1: optional keys are omitted when unset; a ``null`` optional is normalised away."""
+    if not isinstance(action, dict):
+        return action
+    out = {k: v for k, v in action.items() if not (k in OPTIONAL_KEYS and v is None)}
+    if isinstance(out.get("part"), dict):
+        out["part"] = _strip_null_optionals(out["part"])
+    return out
+
+
+def _nested(depth: int, leaf: Any = "x") -> Any:
+    value: Any = leaf
+    for i in range(depth):
+        value = [value] if i % 2 else {"k": value}
+    return value
+
+
+def _tool_call(input_value: Any) -> dict[str, Any]:
+    return {
+        "type": "part",
+        "part": {"type": "tool-call", "messageId": "a-1", "id": "c-1", "name": "t", "input": input_value},
+    }
+
+
+# --------------------------------------------------------------------------- the parser
+
+
+def _parse_or_refuse(obj: Any) -> Any:
+    """parse_action either accepts (and round-trips) or raises InvalidEvent — nothing else."""
+    try:
+        model = parse_action(obj)
+    except InvalidEvent as exc:
+        assert str(exc).startswith("invalid event"), str(exc)
+        return None
+    wire = model.to_json()
+    assert wire == _strip_null_optionals(obj)
+    assert parse_action(wire) == model
+    return model
+
+
+@settings(max_examples=150)
+@given(json_values | python_junk)
+def test_random_values_are_refused_or_accepted_never_crash(value: Any) -> None:
+    _parse_or_refuse(value)
+
+
+@settings(max_examples=250)
+@given(mutated_actions())
+def test_mutated_actions_are_refused_or_round_trip(action: Any) -> None:
+    _parse_or_refuse(action)
+
+
+@settings(max_examples=150)
+@given(valid_actions())
+def test_hostile_but_legal_payloads_round_trip(action: dict[str, Any]) -> None:
+    assert _parse_or_refuse(action) is not None
+
+
+@pytest.mark.parametrize(
+    "action, field",
+    [
+        ({"type": "teleport"}, "type"),
+        ({"type": "part", "part": {"type": "image", "url": "x"}}, "part.type"),
+        ({"type": "send", "id": 5, "text": "hi"}, "id"),
+        ({"type": "send", "id": "u", "text": ["hi"]}, "text"),
+        ({"type": "send", "id": "u", "text": "hi", "extra": 1}, "extra"),
+        ({"type": "send", "id": "u"}, "text"),
+        ({"type": "toolPhase", "name": "t", "state": "done"}, "state"),
+        ({"type": "part", "part": {"type": "error", "error": "x", "code": "teapot"}}, "part.code"),
+        (_tool_call(float("nan")), "part.input"),
+        (_tool_call({"a": [1, float("inf")]}), "part.input.a.1"),
+        (_tool_call(-float("inf")), "part.input"),
+        (_tool_call("\ud800"), "part.input"),
+        ({"type": "send", "id": "u\udfff", "text": "x"}, None),
+        (_tool_call(2**64), "part.input"),
+        (_tool_call({1: "int key"}), "part.input"),
+        (_tool_call(b"bytes"), "part.input"),
+        ({"type": "send", "id": "u", "text": True}, "text"),
+        ({"type": "stop", "id": None}, None),
+    ],
+)
+def test_refusals_name_the_field(action: Any, field: str | None) -> None:
+    with pytest.raises(InvalidEvent) as info:
+        parse_action(action)
+    if field is not None:
+        assert info.value.field == field, str(info.value)
+
+
+@pytest.mark.parametrize("value", [None, [], "send", 7, 1.5, [{"type": "stop"}], True])
+def test_non_objects_are_refused(value: Any) -> None:
+    with pytest.raises(InvalidEvent):
+        parse_action(value)
+
+
+@pytest.mark.parametrize("depth", [100, 1_000, 20_000])
+def test_deep_nesting_never_overflows_the_stack(depth: int) -> None:
+    # Either accepted intact or refused cleanly; RecursionError or a segfault would fail.
+    _parse_or_refuse(_tool_call(_nested(depth)))
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b"{",
+        b"null",
+        b'{"type": "stop"} trailing',
+        b'{"type": "part", "part": {"type": "tool-call", "messageId": "a", "id": "c", '
+        b'"name": "t", "input": NaN}}',
+        b'{"type": "part", "part": {"type": "tool-result", "id": "c", "output": Infinity}}',
+        b'{"type": "part", "part": {"type": "tool-result", "id": "c", "output": -Infinity}}',
+        b'{"type": "send", "id": "u", "text": "\xff\xfe"}',
+        b'{"type": "send", "id": "u", "text": "\xed\xa0\x80"}',  # an encoded surrogate
+        b'{"type": "send", "id": "u", "text": "\\ud800"}',  # an escaped lone surrogate
+        b'{"type": "send", "id": "u", "text": "\xc3"}',  # truncated sequence
+        b"\xef\xbb\xbf" + b'{"type": "stop"}',  # a BOM is not JSON
+        b"[" * 5000 + b"]" * 5000,
+        b'{"type": "send", "id": "u", "text": "a", "text": 5}',  # duplicate keys: the last wins, and is no string
+    ],
+)
+def test_raw_json_that_is_not_valid_is_refused(raw: bytes) -> None:
+    with pytest.raises(InvalidEvent):
+        parse_action_json(raw)
+
+
+def test_raw_json_with_nul_and_unicode_escapes_round_trips() -> None:
+    model = parse_action_json(b'{"type": "send", "id": "u\\u0000;\'\\"%", "text": "\\u0000\\ud83d\\ude00"}')
+    assert model.to_json() == {"type": "send", "id": "u\x00;'\"%", "text": "\x00\U0001f600"}
+
+
+@settings(max_examples=100)
+@given(st.binary(max_size=64))
+def test_random_bytes_are_refused_or_accepted_never_crash(raw: bytes) -> None:
+    try:
+        model = parse_action_json(raw)
+    except InvalidEvent:
+        return
+    assert model.to_json() == _strip_null_optionals(json.loads(raw))
