@@ -1,0 +1,198 @@
+"""What the store returns: small frozen records, no behaviour beyond rendering.
+
+- :class:`AppendResult` — the outcome of :meth:`EventStore.append`.
+- :class:`RecordedEvent` — one event as :meth:`EventStore.history` yields it.
+- :class:`SessionInfo` — one row of :meth:`EventStore.sessions`.
+- :class:`VerifyReport` — what :meth:`EventStore.verify` found.
+- :class:`CompactionRecord` — what the compaction storage primitive did.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+__all__ = [
+    "AppendResult",
+    "RecordedEvent",
+    "SessionInfo",
+    "VerifyReport",
+    "CompactionRecord",
+    "to_datetime",
+    "to_micros",
+]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def to_datetime(micros: int) -> datetime:
+    """An aware UTC datetime from microseconds since the Unix epoch (lossless)."""
+    from datetime import timedelta
+
+    return _EPOCH + timedelta(microseconds=micros)
+
+
+def to_micros(when: datetime) -> int:
+    """Microseconds since the Unix epoch of an aware datetime (lossless)."""
+    if when.tzinfo is None:
+        raise ValueError("timestamps must be timezone-aware")
+    delta = when - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _iso(when: datetime) -> str:
+    return when.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    """The outcome of an append.
+
+    Attributes:
+        session: the session appended to.
+        version: the session's head after the append (the last new event's version).
+        first_version: the version of the batch's first event.
+        count: how many events the batch holds.
+        event_ids: the ids given with the batch, or ``None``.
+        recorded_at: when the batch was recorded (aware UTC; one timestamp per batch).
+        replayed: ``True`` when this is an idempotent retry that wrote nothing
+            (not part of equality: a retry returns a result equal to the original).
+    """
+
+    session: str
+    version: int
+    first_version: int
+    count: int
+    event_ids: tuple[str, ...] | None
+    recorded_at: datetime
+    replayed: bool = field(default=False, compare=False)
+
+
+@dataclass(frozen=True)
+class RecordedEvent:
+    """One recorded event.
+
+    Attributes:
+        session_id: the session that recorded it (an ancestor's id for a branch's
+            inherited prefix).
+        version: its version in the lineage.
+        event_id: the caller's idempotency id, or ``None``.
+        type: the action type (``send``, ``part``, ``toolPhase``, ...).
+        action: the action, SPEC §1 shape.
+        turn: number of ``send`` events up to and including this one.
+        recorded_at: when it was recorded (aware UTC).
+        actor: who recorded it, or ``None``.
+        metadata: the JSON object recorded with it, or ``None``.
+        hash: hex SHA-256 chaining it to the previous event.
+    """
+
+    session_id: str
+    version: int
+    event_id: str | None
+    type: str
+    action: dict[str, Any]
+    turn: int
+    recorded_at: datetime
+    actor: str | None
+    metadata: dict[str, Any] | None
+    hash: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The CLI's ``--json`` shape (``recorded_at`` as ISO 8601 UTC with ``Z``)."""
+        return {
+            "session": self.session_id,
+            "version": self.version,
+            "event_id": self.event_id,
+            "type": self.type,
+            "action": self.action,
+            "turn": self.turn,
+            "recorded_at": _iso(self.recorded_at),
+            "actor": self.actor,
+            "metadata": self.metadata,
+            "hash": self.hash,
+        }
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """One session as :meth:`EventStore.sessions` lists it.
+
+    Attributes:
+        id: the session id.
+        parent: the id of the session it was branched from, or ``None``.
+        fork_version: the parent version it was branched at, or ``None``.
+        head: its newest version.
+        baseline: versions below this were compacted (0 = none).
+        created_at: when it was created (aware UTC).
+        head_turn: the turn number at ``head``.
+    """
+
+    id: str
+    parent: str | None
+    fork_version: int | None
+    head: int
+    baseline: int
+    created_at: datetime
+    head_turn: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        """The CLI's ``sessions --json`` object."""
+        return {
+            "id": self.id,
+            "parent": self.parent,
+            "fork_version": self.fork_version,
+            "head": self.head,
+            "baseline": self.baseline,
+            "head_turn": self.head_turn,
+            "created_at": _iso(self.created_at),
+        }
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """What :meth:`EventStore.verify` found.
+
+    Attributes:
+        ok: ``True`` when no problem was found.
+        problems: one line per problem, naming the session and the version.
+        sessions: the sessions checked.
+        events: how many events were checked.
+        snapshots: how many snapshots were compared with the fold of their events.
+    """
+
+    ok: bool
+    problems: list[str]
+    sessions: list[str] = field(default_factory=list)
+    events: int = 0
+    snapshots: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        """The CLI's ``verify --json`` object."""
+        return {
+            "ok": self.ok,
+            "problems": list(self.problems),
+            "sessions": list(self.sessions),
+            "events": self.events,
+            "snapshots": self.snapshots,
+        }
+
+
+@dataclass(frozen=True)
+class CompactionRecord:
+    """What the compaction storage primitive did.
+
+    Attributes:
+        session: the session compacted.
+        baseline: the new baseline version (the state there is now a snapshot).
+        previous_baseline: the baseline before.
+        deleted: events deleted.
+        kept_for_branches: events at or below this version were kept because a branch
+            forked there still reads them (``None``: no branch).
+    """
+
+    session: str
+    baseline: int
+    previous_baseline: int
+    deleted: int
+    kept_for_branches: int | None

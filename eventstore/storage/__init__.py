@@ -1,0 +1,65 @@
+"""Storage backends: bytes and integers in, bytes and integers out.
+
+:func:`open_storage` picks the backend from the URL's scheme. Nothing here knows what an
+action or a state is; ``eventstore.store`` joins storage with the codec and the reducer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.engine import make_url
+
+from ..errors import StorageError
+from .base import (
+    ZERO_HASH,
+    EventRow,
+    NewSession,
+    Segment,
+    SessionRow,
+    SnapshotRow,
+    Storage,
+)
+from .sql import mask_url
+
+__all__ = [
+    "open_storage",
+    "Storage",
+    "SessionRow",
+    "NewSession",
+    "EventRow",
+    "SnapshotRow",
+    "Segment",
+    "ZERO_HASH",
+]
+
+
+def open_storage(url: str, **options: Any) -> Storage:
+    """Open the storage behind a SQLAlchemy URL.
+
+    Args:
+        url: ``sqlite:///path.db`` (``sqlite://`` for memory) or
+            ``postgresql+psycopg://user:pw@host/db`` (``postgresql://`` means the same).
+        **options: backend options (``busy_timeout_ms`` for SQLite, ``pool_size`` for PostgreSQL).
+
+    Returns:
+        A :class:`Storage`; close it with ``close()``.
+
+    Raises:
+        StorageError: the URL is malformed or names an unsupported database.
+    """
+    try:
+        backend = make_url(url).get_backend_name()
+    except Exception as exc:  # noqa: BLE001 - any parse failure is the caller's URL
+        raise StorageError(f"not a database URL: {mask_url(url)!r} ({exc})") from exc
+    if backend == "sqlite":
+        from .sqlite import SQLiteStorage
+
+        return SQLiteStorage(url, **options)
+    if backend in ("postgresql", "postgres"):
+        from .postgres import PostgresStorage
+
+        return PostgresStorage(url, **options)
+    raise StorageError(
+        f"unsupported database {backend!r} in {mask_url(url)}; use sqlite:/// or postgresql://"
+    )

@@ -1,0 +1,343 @@
+"""The storage interface: what the store asks of a database, in bytes and integers.
+
+Storage never sees a domain object. It stores and returns frozen records of ids,
+integers and bytes (:class:`SessionRow`, :class:`EventRow`, :class:`SnapshotRow`); the
+store (``eventstore/store.py``) turns them into actions and states through the codec.
+
+A call runs inside a transaction the caller opens::
+
+    with storage.write() as tx:          # BEGIN IMMEDIATE on SQLite; row locks on PostgreSQL
+        row = storage.lock_session(tx, "s1")
+        storage.insert_events(tx, rows)
+        storage.set_head(tx, row.pk, head, head_hash, head_turn)
+
+``read()`` and ``write()`` are where driver exceptions become the error tree
+(:mod:`eventstore.errors`): exactly one context manager does that, in ``sql.py``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import StorageError
+
+__all__ = [
+    "ZERO_HASH",
+    "Tx",
+    "SessionRow",
+    "NewSession",
+    "EventRow",
+    "SnapshotRow",
+    "Segment",
+    "Storage",
+    "EventIdRace",
+]
+
+#: The hash a root session's first event chains from.
+ZERO_HASH = b"\x00" * 32
+
+#: An open transaction, opaque to callers (a SQLAlchemy ``Connection`` in practice).
+Tx = Any
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRow:
+    """One row of ``sessions``.
+
+    Attributes:
+        pk: surrogate key the events refer to.
+        id: the session id callers use.
+        parent_pk: the session this one was branched from, or ``None`` for a root.
+        fork_version: the parent version the branch starts from (``None`` for a root).
+        head: the newest version (a fresh branch's head is its fork version).
+        head_hash: the hash of the event at ``head`` (the chain's tip).
+        head_turn: the turn number at ``head``.
+        baseline: versions below this were compacted away (0 = never compacted).
+        baseline_hash: the hash at ``baseline`` (the chain restarts from it).
+        baseline_turn: the turn number at ``baseline``.
+        created_at: microseconds since the Unix epoch, UTC.
+    """
+
+    pk: int
+    id: str
+    parent_pk: int | None
+    fork_version: int | None
+    head: int
+    head_hash: bytes
+    head_turn: int
+    baseline: int
+    baseline_hash: bytes | None
+    baseline_turn: int
+    created_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class NewSession:
+    """A session row to insert (root: no parent, head 0; branch: parent + fork point)."""
+
+    id: str
+    created_at: int
+    parent_pk: int | None = None
+    fork_version: int | None = None
+    head: int = 0
+    head_hash: bytes = ZERO_HASH
+    head_turn: int = 0
+    baseline: int = 0
+    baseline_hash: bytes | None = None
+    baseline_turn: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class EventRow:
+    """One row of ``events``: an immutable, hash-chained record of one action.
+
+    Attributes:
+        session_pk: the session that recorded the event.
+        version: its position in the session (1-based, continuing a parent's numbering).
+        event_id: the caller's idempotency id, or ``None``.
+        type: the action type (``send``, ``part``, ...).
+        turn: number of ``send`` events up to and including this one.
+        payload: canonical JSON bytes of the action.
+        recorded_at: microseconds since the Unix epoch, UTC.
+        actor: who recorded it, or ``None``.
+        metadata: canonical JSON bytes of a JSON object, or ``None``.
+        hash: SHA-256 of the previous hash and this event's canonical envelope.
+    """
+
+    session_pk: int
+    version: int
+    event_id: str | None
+    type: str
+    turn: int
+    payload: bytes
+    recorded_at: int
+    actor: str | None
+    metadata: bytes | None
+    hash: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotRow:
+    """One row of ``snapshots``: the state after ``version`` events, by reference.
+
+    Attributes:
+        session_pk: the session whose version this is.
+        version: the state is the fold of events ``1..version`` of the session's lineage.
+        reducer_version: the reducer that produced it; others are never served.
+        rest: canonical JSON of the state without its messages.
+        message_digests: the digests of the top-level messages, concatenated in order;
+            each names a row of ``snapshot_blobs``.
+    """
+
+    session_pk: int
+    version: int
+    reducer_version: int
+    rest: bytes
+    message_digests: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """Versions ``after < v <= upto`` of a lineage that live in session ``session_pk``."""
+
+    session_pk: int
+    after: int
+    upto: int
+
+
+class EventIdRace(StorageError):
+    """Another transaction recorded one of the batch's event ids first.
+
+    Internal: the store catches it, re-reads the ids and decides between the original
+    result and :class:`~eventstore.errors.EventIdConflict`.
+    """
+
+    def __init__(self) -> None:
+        super().__init__("an event id was recorded concurrently; retry", retryable=True)
+
+
+class Storage(ABC):
+    """A database holding sessions, events and snapshots.
+
+    Implementations: :class:`~eventstore.storage.sqlite.SQLiteStorage` and
+    :class:`~eventstore.storage.postgres.PostgresStorage`, sharing their statements in
+    :class:`~eventstore.storage.sql.SqlStorage`.
+    """
+
+    #: the SQLAlchemy dialect name ("sqlite" or "postgresql").
+    dialect: str
+    #: the URL with any password masked, for messages.
+    safe_url: str
+
+    # -- transactions -------------------------------------------------------------------
+
+    @abstractmethod
+    def read(self) -> AbstractContextManager[Tx]:
+        """Open a read transaction (a consistent snapshot on both backends).
+
+        Raises:
+            SchemaError: the database is not migrated.
+            StorageError: the database failed (``retryable`` set when a retry may work).
+        """
+
+    @abstractmethod
+    def write(
+        self, *, session: str | None = None, expected: int | None = None
+    ) -> AbstractContextManager[Tx]:
+        """Open a write transaction, committed when the block exits without an exception.
+
+        Args:
+            session: the session being appended to, for the message of a ConcurrencyError.
+            expected: the caller's expected version, likewise.
+
+        SQLite takes the database write lock at BEGIN (``BEGIN IMMEDIATE``); PostgreSQL
+        locks only the session rows the block locks.
+
+        Raises:
+            ConcurrencyError: a concurrent append took the version (event primary key).
+            EventIdRace: a concurrent append recorded one of the event ids.
+            SchemaError, StorageError: as for :meth:`read`.
+        """
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release every connection (dispose the engine)."""
+
+    # -- schema -------------------------------------------------------------------------
+
+    @abstractmethod
+    def migrate(self) -> None:
+        """Upgrade the schema to the newest revision (idempotent; safe to run concurrently)."""
+
+    @abstractmethod
+    def schema_revision(self) -> str | None:
+        """The applied revision, or ``None`` when the database has no eventstore schema."""
+
+    # -- sessions -----------------------------------------------------------------------
+
+    @abstractmethod
+    def get_session(self, tx: Tx, session_id: str) -> SessionRow | None:
+        """The session row with this id, or ``None``."""
+
+    @abstractmethod
+    def get_session_by_pk(self, tx: Tx, pk: int) -> SessionRow:
+        """The session row with this surrogate key (it must exist)."""
+
+    @abstractmethod
+    def lock_session(self, tx: Tx, session_id: str) -> SessionRow | None:
+        """Like :meth:`get_session`, holding the row lock until the transaction ends.
+
+        This lock is what serialises appends to one session; other sessions are not blocked.
+        """
+
+    @abstractmethod
+    def insert_session(self, tx: Tx, new: NewSession) -> SessionRow | None:
+        """Insert a session row; ``None`` (and nothing written) when the id is taken."""
+
+    @abstractmethod
+    def set_head(self, tx: Tx, pk: int, head: int, head_hash: bytes, head_turn: int) -> None:
+        """Move a session's head (the caller holds its lock)."""
+
+    @abstractmethod
+    def list_sessions(self, tx: Tx) -> list[SessionRow]:
+        """Every session, oldest first."""
+
+    @abstractmethod
+    def max_child_fork(self, tx: Tx, pk: int) -> int | None:
+        """The highest fork version of any branch made from this session, or ``None``."""
+
+    # -- events -------------------------------------------------------------------------
+
+    @abstractmethod
+    def insert_events(self, tx: Tx, rows: Sequence[EventRow]) -> None:
+        """Insert a batch of events in one round trip where the driver allows."""
+
+    @abstractmethod
+    def events_by_id(self, tx: Tx, session_pk: int, event_ids: Sequence[str]) -> list[EventRow]:
+        """The events of a session carrying any of these ids, in version order."""
+
+    @abstractmethod
+    def read_events(
+        self,
+        tx: Tx,
+        session_pk: int,
+        *,
+        after: int,
+        upto: int,
+        limit: int | None = None,
+        desc: bool = False,
+    ) -> list[EventRow]:
+        """Events with ``after < version <= upto`` of one session, in version order."""
+
+    @abstractmethod
+    def read_payloads(self, tx: Tx, session_pk: int, *, after: int, upto: int) -> list[bytes]:
+        """Only the payloads of :meth:`read_events` (the fold's fast path)."""
+
+    @abstractmethod
+    def event_at(self, tx: Tx, session_pk: int, version: int) -> EventRow | None:
+        """One event, or ``None`` when absent (never written, or compacted)."""
+
+    # -- snapshots ----------------------------------------------------------------------
+
+    @abstractmethod
+    def latest_snapshot(
+        self,
+        tx: Tx,
+        segments: Sequence[Segment],
+        reducer_version: int,
+        baselines: Sequence[tuple[int, int]] = (),
+    ) -> SnapshotRow | None:
+        """The newest snapshot inside the segments made by ``reducer_version``.
+
+        A snapshot at a compaction baseline ``(session_pk, version)`` of ``baselines`` is
+        served whatever its reducer version: the events it stands for are gone.
+        """
+
+    @abstractmethod
+    def list_snapshots(self, tx: Tx, session_pk: int, *, after: int, upto: int) -> list[SnapshotRow]:
+        """The snapshots of one session with ``after < version <= upto``."""
+
+    @abstractmethod
+    def put_snapshot(self, tx: Tx, snap: SnapshotRow, blobs: Mapping[bytes, bytes]) -> None:
+        """Store a snapshot (replacing one at the same version) and the blobs it adds.
+
+        Blobs already present are left alone (content-addressed).
+        """
+
+    @abstractmethod
+    def get_blobs(self, tx: Tx, digests: Sequence[bytes]) -> dict[bytes, bytes]:
+        """The bodies of these digests (missing ones are absent from the result)."""
+
+    # -- compaction ---------------------------------------------------------------------
+
+    @abstractmethod
+    def compact(
+        self,
+        tx: Tx,
+        session_pk: int,
+        *,
+        upto: int,
+        keep_upto: int,
+        baseline_hash: bytes,
+        baseline_turn: int,
+    ) -> int:
+        """Make ``upto`` the session's baseline and delete what it replaces.
+
+        The caller has already stored the baseline snapshot at ``upto`` in the same
+        transaction. Deletes the session's events with ``keep_upto < version <= upto``
+        (branches need the events at or below their fork versions, ``keep_upto``) and its
+        snapshots with ``keep_upto < version < upto``, under a compaction permit that the
+        database's immutability trigger checks and that is gone again before commit.
+
+        Returns:
+            the number of events deleted.
+        """
+
+    def iter_chunks(self, seq: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+        """Split a long parameter list (SQLite caps bound parameters per statement)."""
+        for i in range(0, len(seq), size):
+            yield seq[i : i + size]

@@ -1,0 +1,130 @@
+"""The eventstore schema as SQLAlchemy Core tables on one :data:`metadata`.
+
+This module is the declared truth that the Alembic revisions in ``migrations/`` must
+reproduce (``tests/test_migrations.py`` compares them). It holds no statements and no
+dialect-specific DDL: the immutability triggers live in the revisions and in
+``sqlite.py`` / ``postgres.py``.
+
+Tables::
+
+    sessions            one row per session (root or branch); the append lock and head cache
+    events              the immutable log, PK (session_pk, version)
+    snapshot_blobs      one encoded top-level message per row, keyed by its digest (shared)
+    snapshots           a state every ``snapshot_every`` versions: status/error + message digests
+    compaction_permits  a row exists only inside a compaction transaction (lets DELETE through)
+
+Integers and bytes only: timestamps are microseconds since the Unix epoch (UTC), so both
+backends store them losslessly and identically; hashes and digests are raw bytes.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    PrimaryKeyConstraint,
+    Table,
+    Text,
+    text,
+)
+
+__all__ = [
+    "NAMING_CONVENTION",
+    "VERSION_TABLE",
+    "metadata",
+    "sessions",
+    "events",
+    "snapshot_blobs",
+    "snapshots",
+    "compaction_permits",
+]
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+#: Alembic's version table, named so it never clashes with an application's own Alembic.
+VERSION_TABLE = "eventstore_alembic_version"
+
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+sessions = Table(
+    "sessions",
+    metadata,
+    # A surrogate integer key: every event row stores 4 bytes instead of the text id.
+    Column("pk", Integer, primary_key=True, autoincrement=True),
+    Column("id", Text, nullable=False, unique=True),
+    Column("parent_pk", Integer, ForeignKey("sessions.pk"), nullable=True),
+    Column("fork_version", Integer, nullable=True),
+    Column("head", Integer, nullable=False),
+    Column("head_hash", LargeBinary, nullable=False),
+    Column("head_turn", Integer, nullable=False),
+    # Compaction: versions below `baseline` are gone; the chain restarts from baseline_hash.
+    Column("baseline", Integer, nullable=False, server_default=text("0")),
+    Column("baseline_hash", LargeBinary, nullable=True),
+    Column("baseline_turn", Integer, nullable=False, server_default=text("0")),
+    Column("created_at", BigInteger, nullable=False),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("session_pk", Integer, ForeignKey("sessions.pk"), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("event_id", Text, nullable=True),
+    Column("type", Text, nullable=False),
+    Column("turn", Integer, nullable=False),
+    # Canonical orjson bytes of the validated action. Not jsonb: jsonb refuses \u0000 and
+    # is larger; nothing queries inside a payload.
+    Column("payload", LargeBinary, nullable=False),
+    Column("recorded_at", BigInteger, nullable=False),
+    Column("actor", Text, nullable=True),
+    Column("metadata", LargeBinary, nullable=True),
+    Column("hash", LargeBinary, nullable=False),
+    PrimaryKeyConstraint("session_pk", "version"),
+    Index(
+        "ix_events_session_pk_event_id",
+        "session_pk",
+        "event_id",
+        unique=True,
+        sqlite_where=text("event_id IS NOT NULL"),
+        postgresql_where=text("event_id IS NOT NULL"),
+    ),
+)
+
+snapshot_blobs = Table(
+    "snapshot_blobs",
+    metadata,
+    Column("digest", LargeBinary, primary_key=True),
+    Column("body", LargeBinary, nullable=False),
+)
+
+snapshots = Table(
+    "snapshots",
+    metadata,
+    Column("session_pk", Integer, ForeignKey("sessions.pk"), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("reducer_version", Integer, nullable=False),
+    # Everything of the state except its messages (status, error), canonical JSON.
+    Column("rest", LargeBinary, nullable=False),
+    # The digests of the state's top-level messages, concatenated in order.
+    Column("message_digests", LargeBinary, nullable=False),
+    PrimaryKeyConstraint("session_pk", "version"),
+)
+
+compaction_permits = Table(
+    "compaction_permits",
+    metadata,
+    Column("session_pk", Integer, nullable=False),
+    Column("upto", Integer, nullable=False),
+    PrimaryKeyConstraint("session_pk"),
+)

@@ -1,0 +1,110 @@
+"""SQLite: one file, WAL, ``BEGIN IMMEDIATE`` writes, immutability triggers.
+
+pysqlite's own transaction handling issues BEGIN lazily (and only before DML), which
+breaks SERIALIZABLE reads and makes a reader that later writes fail with "database is
+locked" without waiting. As SQLAlchemy documents, we switch it off on connect and emit
+BEGIN ourselves: ``BEGIN IMMEDIATE`` for write transactions so the write lock is taken
+up front (and waited for through ``busy_timeout``), a plain ``BEGIN`` for reads.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from sqlalchemy import Connection, create_engine, event
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import DBAPIError
+
+from .schema import snapshots
+from .sql import ErrorKind, SqlStorage
+
+__all__ = ["SQLiteStorage", "IMMUTABILITY_DDL_V1", "DROP_IMMUTABILITY_DDL_V1"]
+
+_WRITE = "eventstore_write"
+
+#: Triggers of revision 0001: no UPDATE ever; DELETE only under a compaction permit.
+IMMUTABILITY_DDL_V1 = (
+    """
+    CREATE TRIGGER events_no_update BEFORE UPDATE ON events
+    BEGIN
+        SELECT RAISE(ABORT, 'events are immutable: UPDATE refused');
+    END
+    """,
+    """
+    CREATE TRIGGER events_no_delete BEFORE DELETE ON events
+    WHEN NOT EXISTS (
+        SELECT 1 FROM compaction_permits p
+        WHERE p.session_pk = OLD.session_pk AND OLD.version <= p.upto
+    )
+    BEGIN
+        SELECT RAISE(ABORT, 'events are immutable: DELETE refused (only compaction may delete)');
+    END
+    """,
+)
+
+DROP_IMMUTABILITY_DDL_V1 = (
+    "DROP TRIGGER IF EXISTS events_no_delete",
+    "DROP TRIGGER IF EXISTS events_no_update",
+)
+
+
+class SQLiteStorage(SqlStorage):
+    """Storage in one SQLite file (``sqlite:///path.db``)."""
+
+    def __init__(self, url: str, *, busy_timeout_ms: int = 30_000, echo: bool = False) -> None:
+        engine = create_engine(url, echo=echo)
+        timeout = int(busy_timeout_ms)
+        in_memory = engine.url.database in (None, "", ":memory:")
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+            dbapi_conn.isolation_level = None  # we emit BEGIN ourselves (see module doc)
+            cur = dbapi_conn.cursor()
+            try:
+                if not in_memory:
+                    cur.execute("PRAGMA journal_mode=WAL")
+                # PRAGMAs take no bound parameters; `timeout` is an int by construction.
+                cur.execute("PRAGMA busy_timeout = " + str(timeout))
+                cur.execute("PRAGMA foreign_keys = ON")
+            finally:
+                cur.close()
+
+        @event.listens_for(engine, "begin")
+        def _on_begin(conn: Connection) -> None:
+            write = conn.get_execution_options().get(_WRITE, False)
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+        super().__init__(engine, url)
+
+    def _begin_write(self, conn: Connection) -> None:
+        conn.execution_options(**{_WRITE: True})
+
+    def _insert_ignore(self, table: Any) -> Any:
+        return sqlite_insert(table).on_conflict_do_nothing()
+
+    def _upsert_snapshot(self) -> Any:
+        stmt = sqlite_insert(snapshots)
+        return stmt.on_conflict_do_update(
+            index_elements=[snapshots.c.session_pk, snapshots.c.version],
+            set_={
+                "reducer_version": stmt.excluded.reducer_version,
+                "rest": stmt.excluded.rest,
+                "message_digests": stmt.excluded.message_digests,
+            },
+        )
+
+    def _classify(self, exc: DBAPIError) -> ErrorKind:
+        orig = exc.orig
+        text = str(orig)
+        if isinstance(orig, sqlite3.IntegrityError) and "UNIQUE constraint failed" in text:
+            if "events.event_id" in text:
+                return ErrorKind.EVENT_ID_TAKEN
+            if "events.version" in text:
+                return ErrorKind.VERSION_TAKEN
+        if isinstance(orig, sqlite3.OperationalError):
+            if "no such table" in text:
+                return ErrorKind.NO_SCHEMA
+            if "locked" in text or "busy" in text or "disk I/O" in text:
+                return ErrorKind.RETRYABLE
+        return ErrorKind.OTHER

@@ -1,0 +1,114 @@
+"""Create the event log: sessions, events, snapshots (shared blobs), compaction permits.
+
+Revision ID: 0001
+Revises:
+Create Date: 2026-11-29
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+from eventstore.storage import postgres as pg_ddl
+from eventstore.storage import sqlite as sqlite_ddl
+
+revision = "0001"
+down_revision = None
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "sessions",
+        sa.Column("pk", sa.Integer(), autoincrement=True, nullable=False),
+        sa.Column("id", sa.Text(), nullable=False),
+        sa.Column("parent_pk", sa.Integer(), nullable=True),
+        sa.Column("fork_version", sa.Integer(), nullable=True),
+        sa.Column("head", sa.Integer(), nullable=False),
+        sa.Column("head_hash", sa.LargeBinary(), nullable=False),
+        sa.Column("head_turn", sa.Integer(), nullable=False),
+        sa.Column("baseline", sa.Integer(), server_default=sa.text("0"), nullable=False),
+        sa.Column("baseline_hash", sa.LargeBinary(), nullable=True),
+        sa.Column("baseline_turn", sa.Integer(), server_default=sa.text("0"), nullable=False),
+        sa.Column("created_at", sa.BigInteger(), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["parent_pk"], ["sessions.pk"], name="fk_sessions_parent_pk_sessions"
+        ),
+        sa.PrimaryKeyConstraint("pk", name="pk_sessions"),
+        sa.UniqueConstraint("id", name="uq_sessions_id"),
+    )
+    op.create_table(
+        "events",
+        sa.Column("session_pk", sa.Integer(), nullable=False),
+        sa.Column("version", sa.Integer(), nullable=False),
+        sa.Column("event_id", sa.Text(), nullable=True),
+        sa.Column("type", sa.Text(), nullable=False),
+        sa.Column("turn", sa.Integer(), nullable=False),
+        sa.Column("payload", sa.LargeBinary(), nullable=False),
+        sa.Column("recorded_at", sa.BigInteger(), nullable=False),
+        sa.Column("actor", sa.Text(), nullable=True),
+        sa.Column("metadata", sa.LargeBinary(), nullable=True),
+        sa.Column("hash", sa.LargeBinary(), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["session_pk"], ["sessions.pk"], name="fk_events_session_pk_sessions"
+        ),
+        sa.PrimaryKeyConstraint("session_pk", "version", name="pk_events"),
+    )
+    op.create_index(
+        "ix_events_session_pk_event_id",
+        "events",
+        ["session_pk", "event_id"],
+        unique=True,
+        sqlite_where=sa.text("event_id IS NOT NULL"),
+        postgresql_where=sa.text("event_id IS NOT NULL"),
+    )
+    op.create_table(
+        "snapshot_blobs",
+        sa.Column("digest", sa.LargeBinary(), nullable=False),
+        sa.Column("body", sa.LargeBinary(), nullable=False),
+        sa.PrimaryKeyConstraint("digest", name="pk_snapshot_blobs"),
+    )
+    op.create_table(
+        "snapshots",
+        sa.Column("session_pk", sa.Integer(), nullable=False),
+        sa.Column("version", sa.Integer(), nullable=False),
+        sa.Column("reducer_version", sa.Integer(), nullable=False),
+        sa.Column("rest", sa.LargeBinary(), nullable=False),
+        sa.Column("message_digests", sa.LargeBinary(), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["session_pk"], ["sessions.pk"], name="fk_snapshots_session_pk_sessions"
+        ),
+        sa.PrimaryKeyConstraint("session_pk", "version", name="pk_snapshots"),
+    )
+    op.create_table(
+        "compaction_permits",
+        sa.Column("session_pk", sa.Integer(), nullable=False),
+        sa.Column("upto", sa.Integer(), nullable=False),
+        sa.PrimaryKeyConstraint("session_pk", name="pk_compaction_permits"),
+    )
+    ddl = _dialect_ddl()
+    for statement in ddl.IMMUTABILITY_DDL_V1:
+        op.execute(statement)
+
+
+def downgrade() -> None:
+    ddl = _dialect_ddl()
+    for statement in ddl.DROP_IMMUTABILITY_DDL_V1:
+        op.execute(statement)
+    op.drop_table("compaction_permits")
+    op.drop_table("snapshots")
+    op.drop_table("snapshot_blobs")
+    op.drop_index("ix_events_session_pk_event_id", table_name="events")
+    op.drop_table("events")
+    op.drop_table("sessions")
+
+
+def _dialect_ddl():  # type: ignore[no-untyped-def]
+    name = op.get_bind().dialect.name
+    if name == "postgresql":
+        return pg_ddl
+    if name == "sqlite":
+        return sqlite_ddl
+    raise NotImplementedError(f"eventstore supports PostgreSQL and SQLite, not {name}")
