@@ -11,6 +11,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -70,3 +71,41 @@ def db_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
     if backend == "sqlite":
         return f"sqlite:///{tmp_path / 'events.db'}"
     return str(request.getfixturevalue("pg_schema"))
+
+
+def make_store(url: str, **options: object) -> "EventStore":
+    """An EventStore on ``url`` with the schema migrated."""
+    from eventstore.store import EventStore
+
+    store = EventStore(url, **options)  # type: ignore[arg-type]
+    store.migrate()
+    return store
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator["EventStore"]:
+    """A migrated EventStore on a private database of the parametrized backend."""
+    s = make_store(db_url)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture
+def raw_engine(db_url: str) -> Iterator["Engine"]:
+    """A plain SQLAlchemy engine on the same database, for raw SQL (tampering, checks)."""
+    from sqlalchemy import create_engine
+
+    url = db_url
+    engine = create_engine(url)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from eventstore.store import EventStore
