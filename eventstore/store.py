@@ -69,6 +69,16 @@ from .storage import (
 from .storage.base import EventIdRace, Tx
 from .storage.migrate import HEAD_REVISION
 
+from typing import TYPE_CHECKING  # noqa: E402 - time travel's types, for the methods below
+
+if TYPE_CHECKING:
+    import os
+    from typing import IO
+
+    from .diff import SessionDiff
+    from .timetravel import CompactResult, ImportResult, ReplayStep
+    from .turns import Turn
+
 __all__ = ["EventStore", "DEFAULT_SNAPSHOT_EVERY"]
 
 #: Chosen from ``python -m benchmarks store`` (see benchmarks/RESULTS.md, "## Store").
@@ -631,6 +641,59 @@ class EventStore:
         self._remember_blobs(new_blobs)
         return CompactionRecord(session, v, row.baseline, deleted, keep)
 
+    # -- time travel (implemented in eventstore/timetravel.py) ---------------------------
+
+    def diff(self, a: tuple[str, int | None], b: tuple[str, int | None]) -> SessionDiff:
+        """Compare two refs ``(session, version | None)``; see :func:`eventstore.timetravel.diff`."""
+        from .timetravel import diff
+
+        return diff(self, a, b)
+
+    def replay(
+        self, session: str, *, start: int | None = None, stop: int | None = None
+    ) -> Iterator[ReplayStep]:
+        """Step through the fold event by event; see :func:`eventstore.timetravel.replay`."""
+        from .timetravel import replay
+
+        return replay(self, session, start=start, stop=stop)
+
+    def turns(self, session: str, *, upto: int | None = None) -> list[Turn]:
+        """One row per turn; see :func:`eventstore.timetravel.turns`."""
+        from .timetravel import turns
+
+        return turns(self, session, upto=upto)
+
+    def compact(
+        self,
+        session: str,
+        upto: int,
+        archive: str | os.PathLike[str] | IO[str] | None = None,
+    ) -> CompactResult:
+        """Fold events ``1..upto`` into a baseline; see :func:`eventstore.timetravel.compact`."""
+        from .timetravel import compact
+
+        return compact(self, session, upto, archive)
+
+    def compact_all(
+        self, *, keep_last_turns: int, progress: Any = None
+    ) -> list[CompactResult]:
+        """Compact every session keeping its last N turns; see :func:`eventstore.timetravel.compact_all`."""
+        from .timetravel import compact_all
+
+        return compact_all(self, keep_last_turns=keep_last_turns, progress=progress)
+
+    def export(self, session: str, out: IO[str], *, progress: Any = None) -> int:
+        """Write a session as JSON Lines; see :func:`eventstore.timetravel.export`."""
+        from .timetravel import export
+
+        return export(self, session, out, progress=progress)
+
+    def import_(self, src: IO[str] | Iterable[str], *, progress: Any = None) -> list[ImportResult]:
+        """Recreate sessions from an export file; see :func:`eventstore.timetravel.import_`."""
+        from .timetravel import import_
+
+        return import_(self, src, progress=progress)
+
     # -- verify -------------------------------------------------------------------------
 
     def verify(self, session: str | None = None) -> VerifyReport:
@@ -814,7 +877,11 @@ class EventStore:
         st = self._storage
         lineage = self._lineage(tx, row) if row.parent_pk is not None else [row]
         segs = _segments(lineage, version)
-        baselines = [(r.pk, r.baseline) for r in lineage if 0 < r.baseline <= version]
+        # A baseline counts only inside the part of the lineage this version reads: a branch
+        # forked below its parent's (later) baseline must never be served that snapshot.
+        # (An inherited baseline lives in the segment that holds its version.)
+        marks = {r.baseline for r in lineage if r.baseline}
+        baselines = [(sg.session_pk, b) for sg in segs for b in marks if sg.after < b <= sg.upto]
         snap = st.latest_snapshot(tx, segs, REDUCER_VERSION, baselines)
         base = 0
         state: dict[str, Any] | None = None
