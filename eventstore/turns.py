@@ -165,7 +165,8 @@ def _row(
     user_id = str(send.action.get("id")) if send is not None else None
     user_text = str(send.action.get("text", "")) if send is not None else ""
     msgs = _turn_messages(state, user_id)
-    reply = "".join(
+    # Text parts split by a tool call are separate sentences: keep a space between them.
+    reply = " ".join(
         str(p.get("text", ""))
         for m in msgs
         if m.get("role") == "assistant"
