@@ -1,0 +1,111 @@
+"""Alembic revisions: `upgrade head` yields the declared schema, idempotently, from a wheel too."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from alembic import command
+from alembic.migration import MigrationContext
+from alembic.autogenerate import compare_metadata
+from sqlalchemy import Engine, create_engine, inspect, text
+
+from conftest import make_store
+from eventstore.storage.migrate import HEAD_REVISION, alembic_config, migrations_dir
+from eventstore.storage.schema import VERSION_TABLE, metadata
+from eventstore.store import EventStore
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _diffs(engine: Engine) -> list[object]:
+    with engine.connect() as conn:
+        ctx = MigrationContext.configure(
+            conn, opts={"compare_type": True, "version_table": VERSION_TABLE}
+        )
+        return list(compare_metadata(ctx, metadata))
+
+
+def test_upgrade_head_yields_the_declared_metadata(db_url: str, raw_engine: Engine) -> None:
+    make_store(db_url).close()
+    assert _diffs(raw_engine) == []
+    tables = set(inspect(raw_engine).get_table_names())
+    assert tables == {t.name for t in metadata.sorted_tables} | {VERSION_TABLE}
+
+
+def test_migrate_is_idempotent_and_check_schema_agrees(db_url: str, raw_engine: Engine) -> None:
+    with EventStore(db_url) as store:
+        store.migrate()
+        store.append("s1", [{"type": "stop"}])
+        store.migrate()
+        store.migrate()
+        store.check_schema()
+        assert store.head("s1") == 1
+    with raw_engine.connect() as conn:
+        rows = conn.execute(text("SELECT version_num FROM " + VERSION_TABLE)).all()
+    assert rows == [(HEAD_REVISION,)]
+
+
+def test_downgrade_to_base_and_upgrade_again(db_url: str, raw_engine: Engine) -> None:
+    make_store(db_url).close()
+    with raw_engine.begin() as conn:
+        command.downgrade(alembic_config(conn), "base")
+    assert set(inspect(raw_engine).get_table_names()) <= {VERSION_TABLE}
+    with EventStore(db_url) as store:
+        store.migrate()
+        assert store.append("s1", [{"type": "stop"}]).version == 1
+    assert _diffs(raw_engine) == []
+
+
+def test_migrations_are_found_in_the_checkout() -> None:
+    d = migrations_dir()
+    assert (d / "env.py").is_file() and (d / "versions").is_dir()
+
+
+@pytest.mark.slow
+def test_migrate_works_from_an_installed_package(tmp_path: Path) -> None:
+    """`pip install .` into a fresh venv, then migrate() from that install (not the checkout)."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    subprocess.run(
+        [str(py), "-m", "pip", "install", "-q", "--no-deps", "--disable-pip-version-check", str(REPO)],
+        check=True,
+        timeout=300,
+    )
+    # The dependencies come from the test environment's site-packages, appended after the
+    # venv's own (a .pth line adds a path; it does not run the editable install's hooks).
+    site = subprocess.run(
+        [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()
+    deps = [p for p in sys.path if p.endswith("site-packages")]
+    (Path(site) / "zz_test_deps.pth").write_text("\n".join(deps) + "\n")
+    script = textwrap.dedent(
+        """
+        import eventstore, eventstore.store, pathlib, sys
+        from eventstore.storage.migrate import migrations_dir
+        here = pathlib.Path(eventstore.__file__).resolve()
+        assert str(here).startswith(sys.prefix), here
+        assert migrations_dir() == here.parent / "_migrations", migrations_dir()
+        with eventstore.store.EventStore("sqlite:///fresh.db") as store:
+            store.migrate()
+            store.migrate()
+            store.check_schema()
+            print(store.append("s1", [{"type": "send", "id": "u-1", "text": "hi"}]).version)
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
+    out = subprocess.run(
+        [str(py), "-c", script], cwd=tmp_path, check=True, capture_output=True, text=True, env=env
+    )
+    assert out.stdout.strip() == "1"
+    engine = create_engine(f"sqlite:///{tmp_path / 'fresh.db'}")
+    try:
+        assert _diffs(engine) == []
+    finally:
+        engine.dispose()
