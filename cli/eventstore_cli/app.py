@@ -560,7 +560,7 @@ def verify(
                 f"{n} event(s) and {sum(r.snapshots for r in reports)} snapshot(s) checked"
             )
     if not ok:
-        raise typer.Exit(1)
+        fail(f"verify found {len(problems)} problem(s); see above")
 
 
 @app.command("export")
