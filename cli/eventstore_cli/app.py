@@ -23,9 +23,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-# Public names only: EventStore, EventStoreError (to be re-exported by ``eventstore``).
-from eventstore.errors import EventStoreError
-from eventstore.store import EventStore
+from eventstore import EventStore, EventStoreError
 
 from . import render
 

@@ -7,9 +7,8 @@ from typing import Any
 from rich.console import Console
 from rich.rule import Rule
 
-from eventstore.errors import SessionNotFound
-from eventstore.samples import demo_conversation
-from eventstore.store import EventStore
+from eventstore import EventStore, SessionNotFound
+from eventstore.samples import demo_conversation  # TODO(lead): export demo_conversation
 
 from . import render
 
