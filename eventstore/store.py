@@ -46,7 +46,7 @@ from .errors import (
     StorageError,
     VersionNotFound,
 )
-from .models import SessionState, parse_actions
+from .models import SessionState, check_json, parse_actions
 from .records import (
     AppendResult,
     CompactionRecord,
@@ -260,6 +260,8 @@ class EventStore:
         ids = self._check_event_ids(event_ids, len(models))
         if actor is not None:
             self._check_id(actor, "actor")
+        if isinstance(metadata, Mapping):
+            check_json(dict(metadata), "metadata")  # orjson would turn NaN into null
         meta = encode_metadata(metadata)
         if meta is not None and len(meta) > self.max_event_bytes:
             raise InvalidEvent(
@@ -571,6 +573,7 @@ class EventStore:
         if new_id is None:
             new_id = f"{session}-{uuid.uuid4().hex[:8]}"
         self._check_id(new_id, "new_id")
+        self._check_id(session, "session")
         st = self._storage
         with st.write() as tx:
             row = st.lock_session(tx, session)
@@ -616,6 +619,7 @@ class EventStore:
         Raises:
             SessionNotFound, VersionNotFound, CompactedError: as for :meth:`load`.
         """
+        self._check_id(session, "session")
         st = self._storage
         new_blobs: set[bytes] = set()
         with st.write() as tx:
@@ -815,6 +819,8 @@ class EventStore:
     # -- internals ----------------------------------------------------------------------
 
     def _row(self, tx: Tx, session: str) -> SessionRow:
+        # A hostile id (NUL, wrong type, surrogate) is refused here, not by the driver.
+        self._check_id(session, "session")
         row = self._storage.get_session(tx, session)
         if row is None:
             raise SessionNotFound(session)
@@ -831,6 +837,13 @@ class EventStore:
             )
         if any(ord(c) < 32 or ord(c) == 127 for c in value):
             raise InvalidEvent(f"{what} must not contain control characters", field=what)
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise InvalidEvent(
+                    f"{what} contains a lone surrogate (not valid Unicode text)", field=what
+                ) from None
 
     def _check_event_ids(self, event_ids: Sequence[str] | None, n: int) -> tuple[str, ...] | None:
         if event_ids is None:
@@ -877,11 +890,11 @@ class EventStore:
         st = self._storage
         lineage = self._lineage(tx, row) if row.parent_pk is not None else [row]
         segs = _segments(lineage, version)
-        # A baseline counts only inside the part of the lineage this version reads: a branch
-        # forked below its parent's (later) baseline must never be served that snapshot.
-        # (An inherited baseline lives in the segment that holds its version.)
-        marks = {r.baseline for r in lineage if r.baseline}
-        baselines = [(sg.session_pk, b) for sg in segs for b in marks if sg.after < b <= sg.upto]
+        # A compaction baseline snapshot (r, b) is r's state at b. It is this version's
+        # history too only when b is within what this version reads of r (b <= r's cap):
+        # a branch forked below its parent's later baseline must never be served it.
+        caps = _caps(lineage, version)
+        baselines = [(r.pk, r.baseline) for r in lineage if 0 < r.baseline <= caps[r.pk]]
         snap = st.latest_snapshot(tx, segs, REDUCER_VERSION, baselines)
         base = 0
         state: dict[str, Any] | None = None
@@ -944,6 +957,16 @@ def _segments(lineage: list[SessionRow], version: int) -> list[Segment]:
             break
     segs.reverse()
     return segs
+
+
+def _caps(lineage: list[SessionRow], version: int) -> dict[int, int]:
+    """For each session of ``lineage``: the highest version of it that ``version`` reads."""
+    caps: dict[int, int] = {}
+    cap = version
+    for r in reversed(lineage):
+        caps[r.pk] = cap
+        cap = min(cap, r.fork_version or 0)
+    return caps
 
 
 def _recorded(e: EventRow, session_id: str) -> RecordedEvent:

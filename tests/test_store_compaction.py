@@ -141,3 +141,29 @@ def test_compaction_arguments_and_the_guard_afterwards(
         with raw_engine.begin() as conn:
             conn.execute(text("DELETE FROM events"))
     assert _count_events(raw_engine, "s1") == 10
+
+
+def test_a_branch_forked_below_a_later_baseline_never_gets_that_snapshot(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import eventstore.store as store_module
+
+    with make_store(db_url, snapshot_every=1000) as store:
+        actions = _fill(store, 60, seed=12)
+        store.branch("s1", at=20, new_id="b")
+        own = random_actions(random.Random(13), 50)
+        store.append("b", own)
+        store.branch("b", at=15, new_id="c")  # below b's fork: inherits s1 directly
+        store.append("c", own[:40])
+        store._compact_storage("s1", 45)
+        store._compact_storage("b", 50)  # a baseline of b inside b's own events
+        # Even with every regular snapshot stale, baselines are served only where they apply.
+        monkeypatch.setattr(store_module, "REDUCER_VERSION", store_module.REDUCER_VERSION + 1)
+        b_line = actions[:20] + own
+        for v in range(50, 71):
+            assert store.load("b", v).to_json() == fold_json(None, b_line[:v]), v
+        c_line = actions[:15] + own[:40]
+        for v in range(0, 56):
+            assert store.load("c", v).to_json() == fold_json(None, c_line[:v]), v
+        assert store.load("s1").to_json() == fold_json(None, actions)
+        assert store.verify().ok
