@@ -270,3 +270,218 @@ def test_random_bytes_are_refused_or_accepted_never_crash(raw: bytes) -> None:
     except InvalidEvent:
         return
     assert model.to_json() == _strip_null_optionals(json.loads(raw))
+
+
+# --------------------------------------------------------------------------- the store
+
+from eventstore.errors import SessionNotFound, StorageError  # noqa: E402
+from eventstore.store import EventStore  # noqa: E402
+
+MAX_EVENT_BYTES = 64 * 1024
+MAX_ID_LENGTH = 256
+
+
+@pytest.fixture
+def hostile_store(db_url: str) -> Iterator[EventStore]:
+    store = EventStore(db_url, max_event_bytes=MAX_EVENT_BYTES, max_id_length=MAX_ID_LENGTH, snapshot_every=4)
+    store.migrate()
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def _snapshot_of(store: EventStore) -> list[tuple[str, int]]:
+    return sorted((s.id, s.head) for s in store.sessions())
+
+
+def _append_or_refuse(
+    store: EventStore, session: str, actions: list[Any], **kwargs: Any
+) -> bool:
+    """Append, or check that the refusal is InvalidEvent and that nothing was written.
+
+    Returns whether the batch was stored; when stored, history and load give back exactly
+    the validated actions (and their metadata / actor / ids).
+    """
+    before = _snapshot_of(store)
+    try:
+        result = store.append(session, actions, **kwargs)
+    except InvalidEvent as exc:
+        assert str(exc).startswith("invalid event"), str(exc)
+        assert _snapshot_of(store) == before, "a refused append wrote something"
+        return False
+    except EventStoreError as exc:  # a driver error, mapped or not, is a failure here
+        pytest.fail(f"hostile input gave {type(exc).__name__} instead of InvalidEvent: {exc}")
+    assert result.count == len(actions)
+    events = list(store.history(session, after=result.first_version - 1))
+    assert [e.action for e in events] == [_strip_null_optionals(a) for a in actions]
+    assert [e.session_id for e in events] == [session] * len(actions)
+    if kwargs.get("event_ids") is not None:
+        assert [e.event_id for e in events] == list(kwargs["event_ids"])
+    for e in events:
+        assert e.actor == kwargs.get("actor")
+        assert e.metadata == kwargs.get("metadata")
+    assert store.head(session) == result.version
+    assert session in {s.id for s in store.sessions()}
+    # A checkout folds the stored actions: it must not fail on anything that was accepted.
+    store.load(session)
+    return True
+
+
+SESSION_IDS = [
+    "plain",
+    "it's",
+    'say "hi"',
+    "a;DROP TABLE events;--",
+    "100%",
+    "%s%s%n",
+    "_%_",
+    "back\\slash",
+    "naïve-中文-🙂",
+    "\u202eright-to-left",
+    "\ufeffbom",
+    " leading and trailing ",
+    "x" * MAX_ID_LENGTH,
+    "🙂" * MAX_ID_LENGTH,  # 1 kB of UTF-8 in 256 characters
+]
+BAD_SESSION_IDS = [
+    "",
+    "nul\x00byte",
+    "new\nline",
+    "x" * (MAX_ID_LENGTH + 1),
+    "x" * 10_240,
+    "lone\ud800surrogate",
+    "\udfff",
+    None,
+    5,
+    b"bytes",
+    ["list"],
+]
+
+
+@pytest.mark.parametrize("session", SESSION_IDS, ids=lambda s: repr(s)[:24])
+def test_odd_session_ids_round_trip(hostile_store: EventStore, session: str) -> None:
+    actions = [{"type": "send", "id": "u-1", "text": session}, {"type": "stop"}]
+    assert _append_or_refuse(
+        hostile_store, session, actions, expected_version=0, event_ids=[session, "e-2"]
+    )
+    assert hostile_store.load(session).to_json()["messages"][0]["parts"][0]["text"] == session
+    branch = hostile_store.branch(session, at=1, new_id=session[:-1] + "'")
+    assert hostile_store.head(branch) == 1
+    assert hostile_store.verify(session).ok
+
+
+@pytest.mark.parametrize("session", BAD_SESSION_IDS, ids=lambda s: repr(s)[:24])
+def test_bad_session_ids_are_refused(hostile_store: EventStore, session: Any) -> None:
+    assert not _append_or_refuse(hostile_store, session, [{"type": "stop"}])
+    # Reads and a branch with the same id fail cleanly: not found, or refused.
+    for call in (
+        lambda: hostile_store.head(session),
+        lambda: hostile_store.load(session),
+        lambda: list(hostile_store.history(session)),
+        lambda: hostile_store.branch(session),
+        # verify(None) means "every session": only a real id can be hostile here.
+        *([lambda: hostile_store.verify(session)] if session is not None else []),
+    ):
+        with pytest.raises((SessionNotFound, InvalidEvent)):
+            call()
+    hostile_store.append("parent", [{"type": "stop"}])
+    if session is not None:  # new_id=None asks for a generated id
+        with pytest.raises(InvalidEvent):
+            hostile_store.branch("parent", new_id=session)
+    assert _snapshot_of(hostile_store) == [("parent", 1)]
+
+
+@pytest.mark.parametrize("event_id", BAD_SESSION_IDS, ids=lambda s: repr(s)[:24])
+def test_bad_event_ids_are_refused(hostile_store: EventStore, event_id: Any) -> None:
+    assert not _append_or_refuse(hostile_store, "s", [{"type": "stop"}], event_ids=[event_id])
+
+
+@pytest.mark.parametrize("actor", BAD_SESSION_IDS[:-4], ids=lambda s: repr(s)[:24])
+def test_bad_actors_are_refused(hostile_store: EventStore, actor: Any) -> None:
+    assert not _append_or_refuse(hostile_store, "s", [{"type": "stop"}], actor=actor)
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        {"nan": float("nan")},
+        {"inf": [float("inf")]},
+        {"big": 2**64},
+        {"surrogate": "\ud800"},
+        {1: "int key"},
+        {"deep": _nested(5_000)},
+        ["not", "an", "object"],
+        "string",
+        {"bytes": b"x"},
+        {"huge": "x" * (MAX_EVENT_BYTES + 1)},
+    ],
+    ids=["nan", "inf", "2**64", "surrogate", "int-key", "deep", "list", "str", "bytes", "huge"],
+)
+def test_bad_metadata_is_refused(hostile_store: EventStore, metadata: Any) -> None:
+    assert not _append_or_refuse(hostile_store, "s", [{"type": "stop"}], metadata=metadata)
+
+
+def test_odd_metadata_and_actor_round_trip(hostile_store: EventStore) -> None:
+    metadata = {"nul": "a\x00b", "quote": "'\";--", "pct": "%", "uni": "🙂", "n": [0, -1, 2**63 - 1, 1.5e300]}
+    assert _append_or_refuse(
+        hostile_store, "s", [{"type": "stop"}], actor="o'brien; 100% 🙂", metadata=metadata
+    )
+
+
+def test_huge_strings_over_the_limit_are_refused(hostile_store: EventStore) -> None:
+    under = "x" * (MAX_EVENT_BYTES - 200)
+    assert _append_or_refuse(hostile_store, "s", [{"type": "send", "id": "u", "text": under}])
+    over = "🙂" * (MAX_EVENT_BYTES // 4 + 1)  # few characters, too many bytes
+    batch = [{"type": "stop"}, {"type": "send", "id": "u", "text": over}]
+    with pytest.raises(InvalidEvent) as info:
+        hostile_store.append("s", batch)
+    assert info.value.index == 1 and "max_event_bytes" in str(info.value)
+    assert hostile_store.head("s") == 1
+    with pytest.raises(InvalidEvent):
+        hostile_store.append("s", [_tool_call({"blob": "y" * MAX_EVENT_BYTES})])
+    assert hostile_store.head("s") == 1
+
+
+def test_the_limits_are_configurable(db_url: str) -> None:
+    with EventStore(db_url, max_event_bytes=100, max_id_length=3) as small:
+        small.migrate()
+        with pytest.raises(InvalidEvent):
+            small.append("abcd", [{"type": "stop"}])
+        with pytest.raises(InvalidEvent):
+            small.append("abc", [{"type": "send", "id": "u", "text": "x" * 100}])
+        small.append("abc", [{"type": "send", "id": "u", "text": "x" * 50}], event_ids=["e1"])
+        assert small.head("abc") == 1
+
+
+@pytest.mark.parametrize("depth", [200, 5_000])
+def test_deep_nesting_is_stored_or_refused(hostile_store: EventStore, depth: int) -> None:
+    _append_or_refuse(hostile_store, f"deep-{depth}", [_tool_call(_nested(depth))])
+
+
+def test_nul_characters_round_trip_on_both_backends(hostile_store: EventStore) -> None:
+    actions = [
+        {"type": "send", "id": "u\x00", "text": "\x00nul\x00"},
+        {"type": "part", "part": {"type": "message-start", "messageId": "a\x00"}},
+        {"type": "part", "part": {"type": "text-delta", "messageId": "a\x00", "text": "\x00"}},
+        _tool_call({"k\x00": ["\x00", {"\x00": None}]}),
+    ]
+    assert _append_or_refuse(hostile_store, "nul", actions, metadata={"\x00": "\x00"})
+    assert hostile_store.load("nul").to_json()["messages"][0]["parts"][0]["text"] == "\x00nul\x00"
+
+
+@settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(batch=st.lists(mutated_actions() | valid_actions(), min_size=1, max_size=4))
+def test_random_batches_are_stored_identically_or_refused(
+    hostile_store: EventStore, batch: list[Any]
+) -> None:
+    session = f"h-{uuid.uuid4().hex[:12]}"
+    ids = [f"{session}-{i}" for i in range(len(batch))]
+    stored = _append_or_refuse(hostile_store, session, batch, event_ids=ids)
+    if stored:
+        # An idempotent retry of what was stored writes nothing and returns the same result.
+        again = hostile_store.append(session, batch, event_ids=ids)
+        assert again.version == len(batch) and hostile_store.head(session) == len(batch)
+    else:
+        with pytest.raises(SessionNotFound):
+            hostile_store.head(session)
