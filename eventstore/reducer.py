@@ -431,11 +431,22 @@ def fold_json(
         # Not copied: the first write copies it (see _mut), so a no-op fold returns it as is.
         root = state if type(state) is dict else dict(state)
     handlers = _ACTIONS
+    part_handlers = _PARTS
+    top: Path = ()
     for action in actions:
-        # _apply inlined: one call less per event on the store's hot path.
-        handler = handlers.get(action["type"])
+        # Dispatch inlined: nine events in ten are top-level parts, and each Python call
+        # saved is a visible share of the per-event cost.
+        kind = action["type"]
+        if kind == "part" and action.get("within") is None:
+            part = action["part"]
+            part_handler = part_handlers.get(part["type"])
+            if part_handler is None:
+                raise InvalidEvent(f"unknown stream part type {part['type']!r}", field="part.type")
+            root = part_handler(root, top, part, ctx)
+            continue
+        handler = handlers.get(kind)
         if handler is None:
-            raise InvalidEvent(f"unknown action type {action['type']!r}", field="type")
+            raise InvalidEvent(f"unknown action type {kind!r}", field="type")
         root = handler(root, action, ctx)
     return root
 
