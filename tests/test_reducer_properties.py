@@ -15,7 +15,7 @@ from eventstore.models import SessionState, parse_action
 from eventstore.reducer import apply_action, fold, fold_json, initial_state, resumable, session_reducer
 from eventstore.samples import random_actions
 
-FAST = settings(max_examples=150, deadline=None)
+FAST = settings(max_examples=100, deadline=None)
 
 
 def _stepwise(acts: list[dict[str, Any]], state: SessionState | None = None) -> list[SessionState]:
