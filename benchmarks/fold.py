@@ -108,7 +108,7 @@ def measure(turns: int = 50, repeats: int = 15, sizes: Sequence[int] = (1_000, 1
     def rate(t: dict[str, float]) -> float:
         return n / t["median"]
 
-    main_result = {
+    main_result: dict[str, Any] = {
         "events": n,
         "bytes": sum(len(b) for b in blobs),
         "decode_s": decode,

@@ -23,7 +23,7 @@ untouched, yet a text delta costs O(1) instead of O(messages).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from .errors import InvalidEvent
 from .models import SessionState, _Wire, parse_action
@@ -68,7 +68,10 @@ class _Fold:
         self.calls: dict[str, Path] = {}
 
 
-def _own(obj: Any, ctx: _Fold) -> Any:
+_T = TypeVar("_T")
+
+
+def _own(obj: _T, ctx: _Fold) -> _T:
     """Register a container the fold just created (so later writes mutate it in place)."""
     ctx.owned[id(obj)] = obj
     return obj
