@@ -298,3 +298,39 @@ def test_demo_runs_twice_in_the_same_directory(tmp_path: Path) -> None:
     )
     ids = [s["id"] for s in json.loads(listing.stdout)]
     assert ids == ["demo", "demo-alt", "demo-2", "demo-2-alt"]
+
+
+def test_the_cli_tour_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every command line of docs/cli-tour.md (pipelines included), in order, in a fresh dir.
+
+    In-process for speed; `echo '…' | eventstore …` feeds the echoed text on stdin.
+    (README's own test runs the pasted tour as real subprocesses.)
+    """
+    import re
+    import shlex
+
+    tour = (Path(__file__).resolve().parents[1] / "docs" / "cli-tour.md").read_text(encoding="utf-8")
+    lines = [
+        line
+        for block in re.findall(r"```bash\n(.*?)```", tour, flags=re.S)
+        for line in block.splitlines()
+        if line.strip()
+    ]
+    assert len(lines) >= 15
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("EVENTSTORE_URL", raising=False)
+    runner = CliRunner()
+    for line in lines:
+        cmd, _, comment = line.partition("  #")
+        stdin = None
+        if " | " in cmd:
+            producer, _, cmd = cmd.partition(" | ")
+            words = shlex.split(producer)
+            assert words[0] == "echo", line
+            stdin = " ".join(words[1:]) + "\n"
+        argv = shlex.split(cmd)
+        assert argv[0] == "eventstore", line
+        r = runner.invoke(app, argv[1:], input=stdin, env={"COLUMNS": "100"})
+        expect_fail = comment.strip().startswith("fails")
+        assert (r.exit_code != 0) == expect_fail, f"{line}\n{r.stdout}\n{r.stderr}"
+        assert r.exception is None or isinstance(r.exception, SystemExit), f"{line}: {r.exception!r}"
