@@ -1,0 +1,55 @@
+"""The README's examples run as written: a quickstart that fails is worse than none."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def _blocks(lang: str) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", README, flags=re.S)
+
+
+@pytest.mark.parametrize("index", range(len(_blocks("python"))))
+def test_python_examples_run(index: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    code = _blocks("python")[index]
+    exec(compile(code, f"README.md python block {index}", "exec"), {"__name__": "__readme__"})
+
+
+def _tour_commands() -> list[tuple[str, bool]]:
+    """The `eventstore ...` lines of the CLI tour, in order, each with whether its comment
+    says it is meant to fail (`# fails: ...`)."""
+    tour = README.split("<!-- CLI-TOUR -->")[-1] if "<!-- CLI-TOUR -->" in README else README
+    cmds = []
+    for block in re.findall(r"```bash\n(.*?)```", tour, flags=re.S):
+        for line in block.splitlines():
+            cmd, _, comment = line.partition("  #")
+            if cmd.strip().startswith("eventstore "):
+                cmds.append((cmd.strip(), comment.strip().startswith("fails")))
+    return cmds
+
+
+def test_cli_tour_runs_in_order(tmp_path: Path) -> None:
+    cmds = _tour_commands()
+    assert cmds, "the README has a CLI tour"
+    bindir = str(Path(sys.executable).parent)
+    env = {
+        **os.environ,
+        "EVENTSTORE_URL": f"sqlite:///{tmp_path / 'tour.db'}",
+        "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
+    }
+    for cmd, expect_fail in cmds:
+        proc = subprocess.run(
+            cmd, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+        )
+        assert (proc.returncode != 0) == expect_fail, f"{cmd}\n{proc.stdout}\n{proc.stderr}"
+        assert "Traceback" not in proc.stderr, f"{cmd}\n{proc.stderr}"
