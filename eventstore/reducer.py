@@ -18,6 +18,14 @@ internal function (:func:`_apply`) applies an action by copying only the path it
 *owned* by that fold; later writes mutate owned containers in place instead of copying
 them again. The fold never writes to a container it did not create, so its input stays
 untouched, yet a text delta costs O(1) instead of O(messages).
+
+Cost per event inside one fold: O(1) for ``send``, ``message-start``, ``step-finish``,
+``finish`` and parts aimed at the newest message; ``tool-result`` / ``tool-error`` and
+``within`` walk back from the newest part to the call (a cache makes repeated ``within``
+O(1)); ``stop``, ``error``, ``finish(aborted)`` and ``toolPhase`` touch only the open
+calls, which the fold tracks once it knows them all (from the start when the fold starts
+empty, else after its first full scan). ``retry`` copies the kept message list (a pointer
+copy, O(messages)); a part naming an unknown id scans the whole conversation.
 """
 
 from __future__ import annotations
@@ -59,13 +67,18 @@ class _Fold:
         calls: ``within`` call id -> relative path of the newest tool part with that id.
             A cache for nested parts; only a ``tool-call`` (a newer call may shadow),
             ``retry`` or ``reset`` (paths change) can invalidate it.
+        open: root-relative paths of every open call (an ordered set), or ``None`` while
+            unknown (a state that did not start empty and has not been scanned yet). Lets
+            ``stop`` / ``error`` / ``toolPhase`` cost O(open calls) instead of a walk over
+            the whole conversation.
     """
 
-    __slots__ = ("owned", "calls")
+    __slots__ = ("owned", "calls", "open")
 
-    def __init__(self) -> None:
+    def __init__(self, *, empty: bool = False) -> None:
         self.owned: dict[int, Any] = {}
         self.calls: dict[str, Path] = {}
+        self.open: dict[Path, None] | None = {} if empty else None
 
 
 _T = TypeVar("_T")
@@ -168,11 +181,26 @@ def _open_calls(messages: list[Any], prefix: Path, out: list[Path]) -> list[Path
     return out
 
 
-def _cancel(root: dict[str, Any], run_path: Path, paths: list[Path], ctx: _Fold) -> dict[str, Any]:
-    base = (*run_path, "messages")
-    for rel in paths:
-        root, part = _mut(root, base + rel, ctx)
+def _open_in(root: dict[str, Any], run: Path, ctx: _Fold) -> list[Path]:
+    """Root-relative paths of the open calls inside the run at ``run`` (nested included)."""
+    base = (*run, "messages")
+    if ctx.open is not None:
+        n = len(base)
+        return [p for p in ctx.open if p[:n] == base]
+    found = _open_calls(_get(root, base), base, [])
+    if not run:
+        ctx.open = {}  # a full scan: from here on the fold tracks every open call
+        ctx.open.update(dict.fromkeys(found))
+    return found
+
+
+def _cancel(root: dict[str, Any], paths: list[Path], ctx: _Fold) -> dict[str, Any]:
+    opened = ctx.open
+    for path in paths:
+        root, part = _mut(root, path, ctx)
         part["state"] = "cancelled"
+        if opened is not None:
+            opened.pop(path, None)
     return root
 
 
@@ -245,6 +273,8 @@ def _tool_call(root: dict[str, Any], run: Path, part: Mapping[str, Any], ctx: _F
         call["input"] = part["input"]
     call["state"] = "running"
     root, parts = _mut(root, (*run, "messages", i, "parts"), ctx)
+    if ctx.open is not None:
+        ctx.open[(*run, "messages", i, "parts", len(parts))] = None
     parts.append(_own(call, ctx))
     # This call is now the newest with its id: a cached `within` target may be stale.
     ctx.calls.pop(part["id"], None)
@@ -255,7 +285,10 @@ def _tool_outcome(root: dict[str, Any], run: Path, part: Mapping[str, Any], ctx:
     rel = _find_call(_get(root, run)["messages"], part["id"])
     if rel is None:
         return root
-    root, call = _mut(root, (*run, "messages", *rel), ctx)
+    path = (*run, "messages", *rel)
+    root, call = _mut(root, path, ctx)
+    if ctx.open is not None:
+        ctx.open.pop(path, None)
     if part["type"] == "tool-result":
         call["state"] = "done"
         call["output"] = part.get("output")
@@ -274,21 +307,20 @@ def _step_finish(root: dict[str, Any], run: Path, part: Mapping[str, Any], ctx: 
 
 
 def _finish(root: dict[str, Any], run: Path, part: Mapping[str, Any], ctx: _Fold) -> dict[str, Any]:
-    target = _get(root, run)
-    opened = _open_calls(target["messages"], (), []) if part.get("reason") == "aborted" else []
-    if target["status"] == "idle" and not opened:
+    opened = _open_in(root, run, ctx) if part.get("reason") == "aborted" else []
+    if _get(root, run)["status"] == "idle" and not opened:
         return root
     root, target = _mut(root, run, ctx)
     target["status"] = "idle"
-    return _cancel(root, run, opened, ctx)
+    return _cancel(root, opened, ctx)
 
 
 def _error(root: dict[str, Any], run: Path, part: Mapping[str, Any], ctx: _Fold) -> dict[str, Any]:
-    opened = _open_calls(_get(root, run)["messages"], (), [])
+    opened = _open_in(root, run, ctx)
     root, target = _mut(root, run, ctx)
     target["status"] = "error"
     target["error"] = _own(_session_error(part), ctx)
-    return _cancel(root, run, opened, ctx)
+    return _cancel(root, opened, ctx)
 
 
 _PARTS = {
@@ -339,10 +371,19 @@ def _part(root: dict[str, Any], action: Mapping[str, Any], ctx: _Fold) -> dict[s
 
 
 def _tool_phase(root: dict[str, Any], action: Mapping[str, Any], ctx: _Fold) -> dict[str, Any]:
-    rel = _find_open_named(root["messages"], action["name"])
-    if rel is None:
+    name = action["name"]
+    path: Path | None
+    if ctx.open is not None:
+        # Paths compare in document order (a call's nested paths extend its own path,
+        # so they sort right after it): the newest open call is the greatest path.
+        named = [p for p in ctx.open if _get(root, p)["name"] == name]
+        path = max(named) if named else None
+    else:
+        rel = _find_open_named(root["messages"], name)
+        path = None if rel is None else ("messages", *rel)
+    if path is None:
         return root
-    root, call = _mut(root, ("messages", *rel), ctx)
+    root, call = _mut(root, path, ctx)
     call["state"] = action["state"]
     prompt = action.get("prompt")
     if prompt is None:
@@ -353,12 +394,12 @@ def _tool_phase(root: dict[str, Any], action: Mapping[str, Any], ctx: _Fold) -> 
 
 
 def _stop(root: dict[str, Any], action: Mapping[str, Any], ctx: _Fold) -> dict[str, Any]:
-    opened = _open_calls(root["messages"], (), [])
+    opened = _open_in(root, (), ctx)
     if root["status"] == "idle" and not opened:
         return root
     root, _ = _mut(root, (), ctx)
     root["status"] = "idle"
-    return _cancel(root, (), opened, ctx)
+    return _cancel(root, opened, ctx)
 
 
 def _retry(root: dict[str, Any], action: Mapping[str, Any], ctx: _Fold) -> dict[str, Any]:
@@ -367,11 +408,19 @@ def _retry(root: dict[str, Any], action: Mapping[str, Any], ctx: _Fold) -> dict[
         return root
     ctx.calls.clear()
     # resumable() returns a new list; the messages in it stay shared until written to.
-    return _own({"messages": _own(resumable(messages), ctx), "status": "streaming"}, ctx)
+    kept = _own(resumable(messages), ctx)
+    if ctx.open is not None and ctx.open:
+        # resumable keeps a prefix, possibly cutting the parts of its last message.
+        last, cut = len(kept) - 1, len(kept[-1]["parts"]) if kept else 0
+        ctx.open = {
+            p: None for p in ctx.open if p[1] < last or (p[1] == last and p[3] < cut)
+        }
+    return _own({"messages": kept, "status": "streaming"}, ctx)
 
 
 def _reset(root: dict[str, Any], action: Mapping[str, Any], ctx: _Fold) -> dict[str, Any]:
     ctx.calls.clear()
+    ctx.open = {}
     return _own({"messages": _own([], ctx), "status": "idle"}, ctx)
 
 
@@ -426,13 +475,13 @@ def fold_json(
         The final state dict. It may share nested containers with ``state``; treat both as
         immutable.
     """
-    ctx = _Fold()
     root: dict[str, Any]
     if state is None:
         root = {"messages": [], "status": "idle"}
     else:
         # Not copied: the first write copies it (see _mut), so a no-op fold returns it as is.
         root = state if type(state) is dict else dict(state)
+    ctx = _Fold(empty=not root["messages"])
     handlers = _ACTIONS
     part_handlers = _PARTS
     top: Path = ()
@@ -490,7 +539,7 @@ def fold(
         InvalidEvent: when an action is malformed (``index`` is its position).
     """
     start, root = _state_dict(state)
-    ctx = _Fold()
+    ctx = _Fold(empty=not root["messages"])
     first = root
     for i, action in enumerate(actions):
         try:
