@@ -158,6 +158,42 @@ class SessionDiff:
             and self.error_left == self.error_right
         )
 
+    def describe(self) -> str:
+        """A readable, uncoloured rendering: base, then one line per message change.
+
+        Example::
+
+            s1@5 → s1-alt@4 (base s1@3; 2 event(s) on the left, 1 on the right since)
+            - assistant a-2: [checkout done] Your order is placed.
+            + user u-3: What about tea cups?
+            ~ assistant a-1
+                text +' Done.'
+                tool add_to_cart (call-1): running → done
+            status idle → streaming
+        """
+        base = f"base {self.base}" if self.base else "no shared history"
+        out = [
+            f"{self.left} → {self.right} ({base}; {self.events_left} event(s) on the left, "
+            f"{self.events_right} on the right since)"
+        ]
+        for k in self.removed:
+            m = self.left_messages.get(k, {})
+            out.append(f"- {m.get('role', '?')} {k}: {_message_text(m)}")
+        for k in self.added:
+            m = self.right_messages.get(k, {})
+            out.append(f"+ {m.get('role', '?')} {k}: {_message_text(m)}")
+        for d in self.details:
+            out.append(f"~ {d.role} {d.id}")
+            out.extend(f"    {line}" for line in d.lines)
+        if self.status_left != self.status_right:
+            out.append(f"status {self.status_left} → {self.status_right}")
+        if self.identical:
+            out.append("no differences")
+        return "\n".join(out)
+
+    def __str__(self) -> str:
+        return self.describe()
+
     def to_json(self) -> JSON:
         """The SPEC §3 shape plus event counts and per-message change descriptions."""
         return {
@@ -230,6 +266,16 @@ def diff_states(left: Mapping[str, Any], right: Mapping[str, Any]) -> StateDiff:
 def _short(text: str, limit: int = 60) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _message_text(m: Mapping[str, Any]) -> str:
+    bits = []
+    for p in m.get("parts", []):
+        if p.get("type") == "text":
+            bits.append(_short(str(p.get("text", "")), 50))
+        elif p.get("type") == "tool":
+            bits.append(f"[{p.get('name')} {p.get('state')}]")
+    return " ".join(bits) or "(empty)"
 
 
 def describe_part(part: Mapping[str, Any]) -> str:

@@ -481,7 +481,7 @@ def export(
             fork_hash, fork_turn = _fork_point(store, tx, r)
             parent = storage.get_session_by_pk(tx, r.parent_pk).id if r.parent_pk else None
             evs = storage.read_events(tx, r.pk, after=r.fork_version or 0, upto=r.head)
-            head = {
+            head: JSON = {
                 "kind": "session",
                 "id": r.id,
                 "parent": parent,
@@ -640,6 +640,8 @@ def _parse(lines: Iterable[str]) -> tuple[JSON, list[_Block]]:
             if not blocks or obj.get("session") != blocks[-1].meta["id"]:
                 raise _bad(n, "event outside its session's block", "session")
             action = obj.get("action")
+            if not isinstance(action, dict):
+                raise _bad(n, "action must be a JSON object", "action")
             try:
                 parsed = parse_action(action)
             except InvalidEvent as exc:

@@ -92,3 +92,21 @@ def test_repeated_message_ids_are_kept_apart() -> None:
     m = _msg("a", "assistant", {"type": "text", "text": "x"})
     d = diff_states({"messages": [m]}, {"messages": [m, m]})
     assert d.added == ("a#2",) and not d.changed
+
+
+def test_session_diff_describe_is_readable() -> None:
+    from eventstore.diff import SessionDiff
+
+    left = {"messages": [_msg("u-1", "user", {"type": "text", "text": "hi"}),
+                         _msg("a-1", "assistant", {"type": "text", "text": "Hel"})], "status": "streaming"}
+    right = {"messages": [_msg("u-1", "user", {"type": "text", "text": "hi"}),
+                          _msg("a-1", "assistant", {"type": "text", "text": "Hello"}),
+                          _msg("u-2", "user", {"type": "text", "text": "more"})], "status": "idle"}
+    sd = diff_states(left, right)
+    d = SessionDiff(Ref("s", 5), Ref("t", 7), Ref("s", 3), sd.added, sd.removed, sd.changed,
+                    "streaming", "idle", 2, 4, sd.details, sd.left_messages, sd.right_messages)
+    text = str(d)
+    assert text.splitlines()[0] == "s@5 → t@7 (base s@3; 2 event(s) on the left, 4 on the right since)"
+    assert "+ user u-2: 'more'" in text or "+ user u-2: more" in text
+    assert "    text +'lo'" in text and "status streaming → idle" in text
+    assert d.to_json()["events"] == {"left": 2, "right": 4}
