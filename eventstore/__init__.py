@@ -16,6 +16,7 @@ The public API is exactly the names in ``__all__``; everything else is internal.
 
 from __future__ import annotations
 
+from eventstore import samples
 from eventstore.diff import SessionDiff
 from eventstore.errors import (
     CompactedError,
@@ -76,6 +77,8 @@ __all__ = [
     "Action",
     "SessionState",
     "REDUCER_VERSION",
+    # sample sessions (demo, benchmarks, tests)
+    "samples",
     # errors
     "EventStoreError",
     "InvalidEvent",
