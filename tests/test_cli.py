@@ -334,3 +334,30 @@ def test_the_cli_tour_runs_as_written(tmp_path: Path, monkeypatch: pytest.Monkey
         expect_fail = comment.strip().startswith("fails")
         assert (r.exit_code != 0) == expect_fail, f"{line}\n{r.stdout}\n{r.stderr}"
         assert r.exception is None or isinstance(r.exception, SystemExit), f"{line}: {r.exception!r}"
+
+
+def test_cli_on_both_backends(db_url: str, tmp_path: Path) -> None:
+    """The same commands against SQLite and PostgreSQL (the `db_url` fixture's backends)."""
+    runner = CliRunner()
+
+    def cli(*args: str, input: str | None = None, code: int = 0) -> Any:
+        r = runner.invoke(app, ["--db", db_url, *args], input=input)
+        assert r.exit_code == code, (args, r.stdout, r.stderr)
+        assert "Traceback" not in r.stderr
+        return r
+
+    cli("migrate")
+    cli("append", "s", "-", input=json.dumps(demo_conversation()))
+    cli("branch", "s@20", "--name", "b")
+    cli("append", "b", "-", "--expected-version", "20", input='{"type": "send", "id": "x", "text": "y"}')
+    d = json.loads(cli("diff", "s", "b", "--json").stdout)
+    assert d["base"] == {"session": "s", "version": 20} and d["messages"]["added"] == ["x"]
+    assert json.loads(cli("compact", "s", "--upto", "25", "--json").stdout)["baseline"] == 25
+    assert "compacted up to version 25" in cli("checkout", "s@24", code=1).stderr
+    assert json.loads(cli("verify", "--json").stdout)["ok"] is True
+    exported = cli("export", "b").stdout
+    other = f"sqlite:///{tmp_path / 'copy.db'}"
+    runner.invoke(app, ["--db", other, "migrate"])
+    assert runner.invoke(app, ["--db", other, "import", "-"], input=exported).exit_code == 0
+    assert runner.invoke(app, ["--db", other, "export", "b"]).stdout == exported
+    assert len(json.loads(cli("history", "b", "--turns", "--json").stdout)) == 2

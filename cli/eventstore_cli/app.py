@@ -452,7 +452,12 @@ def compact(
         else:
             changed = [r for r in results if r.removed or r.baseline_moved]
             for r in changed:
-                typer.echo(f"{r.session}: baseline {r.baseline}, {r.removed} event(s) removed")
+                kept = (
+                    f" (events up to {r.kept_for_branches} kept for branches)"
+                    if r.kept_for_branches
+                    else ""
+                )
+                typer.echo(f"{r.session}: baseline {r.baseline}, {r.removed} event(s) removed{kept}")
             typer.echo(f"compacted {len(changed)} of {len(results)} session(s)")
         return
     if session is None or upto is None:
