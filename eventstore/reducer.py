@@ -24,8 +24,8 @@ Cost per event inside one fold: O(1) for ``send``, ``message-start``, ``step-fin
 ``within`` walk back from the newest part to the call (a cache makes repeated ``within``
 O(1)); ``stop``, ``error``, ``finish(aborted)`` and ``toolPhase`` touch only the open
 calls, which the fold tracks once it knows them all (from the start when the fold starts
-empty, else after its first full scan). ``retry`` copies the kept message list (a pointer
-copy, O(messages)); a part naming an unknown id scans the whole conversation.
+empty, else after its first full scan). ``retry`` walks back to the last user message and
+truncates in place. A part naming an unknown id scans the whole conversation.
 """
 
 from __future__ import annotations
@@ -403,19 +403,24 @@ def _stop(root: dict[str, Any], action: Mapping[str, Any], ctx: _Fold) -> dict[s
 
 
 def _retry(root: dict[str, Any], action: Mapping[str, Any], ctx: _Fold) -> dict[str, Any]:
-    messages = root["messages"]
-    if not any(m["role"] == "user" for m in messages):
+    point = _resume_point(root["messages"])
+    if point is None:
         return root
+    keep, cut = point
     ctx.calls.clear()
-    # resumable() returns a new list; the messages in it stay shared until written to.
-    kept = _own(resumable(messages), ctx)
-    if ctx.open is not None and ctx.open:
-        # resumable keeps a prefix, possibly cutting the parts of its last message.
-        last, cut = len(kept) - 1, len(kept[-1]["parts"]) if kept else 0
-        ctx.open = {
-            p: None for p in ctx.open if p[1] < last or (p[1] == last and p[3] < cut)
-        }
-    return _own({"messages": kept, "status": "streaming"}, ctx)
+    # The same cut as resumable(), done by truncating the fold's own copies in place: a
+    # new list per retry would make a retry-heavy fold quadratic in memory.
+    root, messages = _mut(root, ("messages",), ctx)
+    del messages[keep:]
+    if cut >= 0:
+        root, parts = _mut(root, ("messages", keep - 1, "parts"), ctx)
+        del parts[cut:]
+    root["status"] = "streaming"
+    root.pop("error", None)
+    if ctx.open:
+        last, size = keep - 1, len(messages[-1]["parts"])
+        ctx.open = {p: None for p in ctx.open if p[1] < last or (p[1] == last and p[3] < size)}
+    return root
 
 
 def _reset(root: dict[str, Any], action: Mapping[str, Any], ctx: _Fold) -> dict[str, Any]:
@@ -594,23 +599,36 @@ def resumable(messages: list[Any]) -> list[Any]:
     Returns:
         A new list. Unchanged messages are shared, a cut message is a new dict.
     """
+    point = _resume_point(messages)
+    if point is None:
+        return list(messages)
+    keep, cut = point
+    kept = messages[:keep]
+    if cut >= 0:
+        kept[-1] = {**kept[-1], "parts": kept[-1]["parts"][:cut]}
+    return kept
+
+
+def _resume_point(messages: list[Any]) -> tuple[int, int] | None:
+    """Where :func:`resumable` cuts: ``(keep, cut)`` or ``None`` without a user message.
+
+    The first ``keep`` messages stay; when ``cut >= 0`` the last of them keeps only its
+    first ``cut`` parts.
+    """
     last_user = -1
     for i in range(len(messages) - 1, -1, -1):
         if messages[i]["role"] == "user":
             last_user = i
             break
     if last_user < 0:
-        return list(messages)
+        return None
     for i in range(len(messages) - 1, last_user, -1):
         parts = messages[i]["parts"]
         for j in range(len(parts) - 1, -1, -1):
             p = parts[j]
             if p["type"] == "tool" and p["state"] in ("done", "error"):
-                kept = messages[: i + 1]
-                if j + 1 < len(parts):
-                    kept[i] = {**messages[i], "parts": parts[: j + 1]}
-                return kept
-    return messages[: last_user + 1]
+                return i + 1, (j + 1 if j + 1 < len(parts) else -1)
+    return last_user + 1, -1
 
 
 def is_cancelled(error: Any) -> bool:
