@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections import OrderedDict
+from dataclasses import replace
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any
@@ -86,6 +87,7 @@ DEFAULT_SNAPSHOT_EVERY = 128
 
 _HISTORY_CHUNK = 1000
 _STATE_CACHE = 32
+_HEADS_CACHE = 4096
 _KNOWN_BLOBS_MAX = 1_000_000
 
 
@@ -135,6 +137,9 @@ class EventStore:
         self._states: OrderedDict[int, tuple[int, bytes, dict[str, Any]]] = OrderedDict()
         # Digests known to be committed in snapshot_blobs (blobs are never deleted).
         self._known_blobs: set[bytes] = set()
+        # session id -> its row as this process left it after its last append: the fast
+        # path's guess of the head, verified by the write itself.
+        self._heads: OrderedDict[str, SessionRow] = OrderedDict()
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -152,6 +157,7 @@ class EventStore:
         """Release every database connection. The store must not be used afterwards."""
         self._storage.close()
         self._states.clear()
+        self._heads.clear()
 
     def __enter__(self) -> EventStore:
         return self
@@ -272,9 +278,12 @@ class EventStore:
         try:
             return self._append(session, action_dicts, encoded, expected_version, ids, actor, meta)
         except EventIdRace:
-            # Another writer recorded one of our ids between our check and our insert:
-            # re-read and decide (original result, or a conflict) now that it committed.
-            return self._append(session, action_dicts, encoded, expected_version, ids, actor, meta)
+            # One of our ids was already recorded (a retry on the optimistic path, or another
+            # writer between our check and our insert): re-read under the lock and decide
+            # between the original result and a conflict.
+            return self._append(
+                session, action_dicts, encoded, expected_version, ids, actor, meta, fast=False
+            )
 
     def _append(
         self,
@@ -285,53 +294,46 @@ class EventStore:
         ids: tuple[str, ...] | None,
         actor: str | None,
         meta: bytes | None,
+        fast: bool = True,
     ) -> AppendResult:
         st = self._storage
         now = _now_micros()
         new_blobs: set[bytes] = set()
+        # The head this process saw after its last append to the session, if any.
+        known = self._heads.pop(session, None) if fast else None
+        if known is not None and expected is not None and expected != known.head:
+            known = None  # the caller expects another head: let the locked path decide
         with st.write(session=session, expected=expected) as tx:
-            row = st.lock_session(tx, session)
+            row: SessionRow | None = None
+            if known is not None:
+                # Optimistic: the head check is part of the write (one round trip on PG).
+                rows, prev, turn = self._rows(known, session, encoded, ids, actor, meta, now)
+                if st.append_at(tx, known.pk, known.head, known.head_hash, rows, turn):
+                    row = known
             if row is None:
-                if expected not in (None, 0):
-                    raise ConcurrencyError(session, expected, 0)
-                row = st.insert_session(tx, NewSession(id=session, created_at=now))
-                if row is None:  # created concurrently: wait for its lock
-                    row = st.lock_session(tx, session)
-                    assert row is not None
-            if ids is not None:
-                prior = st.events_by_id(tx, row.pk, ids)
-                if prior:
-                    return self._replayed(session, prior, ids, encoded, actor, meta)
-            if expected is not None and row.head != expected:
-                raise ConcurrencyError(session, expected, row.head)
-
-            prev, turn = row.head_hash, row.head_turn
-            rows: list[EventRow] = []
-            for i, (type_, payload) in enumerate(encoded):
-                version = row.head + 1 + i
-                if type_ == "send":
-                    turn += 1
-                event_id = None if ids is None else ids[i]
-                prev = chain_hash(
-                    prev,
-                    session_id=session,
-                    version=version,
-                    event_id=event_id,
-                    type=type_,
-                    turn=turn,
-                    payload=payload,
-                    recorded_at=now,
-                    actor=actor,
-                    metadata=meta,
-                )
-                rows.append(
-                    EventRow(row.pk, version, event_id, type_, turn, payload, now, actor, meta, prev)
-                )
-            st.insert_events(tx, rows)
-            head = row.head + len(rows)
-            st.set_head(tx, row.pk, head, prev, turn)
+                row = st.lock_session(tx, session)
+                if row is None:
+                    if expected not in (None, 0):
+                        raise ConcurrencyError(session, expected, 0)
+                    row = st.insert_session(tx, NewSession(id=session, created_at=now))
+                    if row is None:  # created concurrently: wait for its lock
+                        row = st.lock_session(tx, session)
+                        assert row is not None
+                if ids is not None:
+                    prior = st.events_by_id(tx, row.pk, ids)
+                    if prior:
+                        return self._replayed(session, prior, ids, encoded, actor, meta)
+                if expected is not None and row.head != expected:
+                    raise ConcurrencyError(session, expected, row.head)
+                rows, prev, turn = self._rows(row, session, encoded, ids, actor, meta, now)
+                st.insert_events(tx, rows)
+                st.set_head(tx, row.pk, rows[-1].version, prev, turn)
+            head = rows[-1].version
             self._advance(tx, row, action_dicts, head, prev, new_blobs)
         self._remember_blobs(new_blobs)
+        self._heads[session] = replace(row, head=head, head_hash=prev, head_turn=turn)
+        if len(self._heads) > _HEADS_CACHE:
+            self._heads.popitem(last=False)
         return AppendResult(
             session=session,
             version=head,
@@ -340,6 +342,41 @@ class EventStore:
             event_ids=ids,
             recorded_at=to_datetime(now),
         )
+
+    @staticmethod
+    def _rows(
+        row: SessionRow,
+        session: str,
+        encoded: list[tuple[str, bytes]],
+        ids: tuple[str, ...] | None,
+        actor: str | None,
+        meta: bytes | None,
+        now: int,
+    ) -> tuple[list[EventRow], bytes, int]:
+        """The batch's event rows after ``row``'s head: versions, turns, chained hashes."""
+        prev, turn = row.head_hash, row.head_turn
+        rows: list[EventRow] = []
+        for i, (type_, payload) in enumerate(encoded):
+            version = row.head + 1 + i
+            if type_ == "send":
+                turn += 1
+            event_id = None if ids is None else ids[i]
+            prev = chain_hash(
+                prev,
+                session_id=session,
+                version=version,
+                event_id=event_id,
+                type=type_,
+                turn=turn,
+                payload=payload,
+                recorded_at=now,
+                actor=actor,
+                metadata=meta,
+            )
+            rows.append(
+                EventRow(row.pk, version, event_id, type_, turn, payload, now, actor, meta, prev)
+            )
+        return rows, prev, turn
 
     def _replayed(
         self,
@@ -393,7 +430,9 @@ class EventStore:
         if cached is not None and cached[0] == start and cached[1] == row.head_hash:
             state = cached[2]
         elif boundaries:
-            state = self._state_at(tx, row, start)
+            # Re-read the row: a compaction elsewhere may have moved its baseline.
+            fresh = self._storage.get_session(tx, row.id)
+            state = self._state_at(tx, fresh or row, start)
         else:
             return
         pos = start
@@ -647,11 +686,13 @@ class EventStore:
 
     # -- time travel (implemented in eventstore/timetravel.py) ---------------------------
 
-    def diff(self, a: tuple[str, int | None], b: tuple[str, int | None]) -> SessionDiff:
+    def diff(
+        self, a: tuple[str, int | None], b: tuple[str, int | None], *, events: bool = False
+    ) -> SessionDiff:
         """Compare two refs ``(session, version | None)``; see :func:`eventstore.timetravel.diff`."""
         from .timetravel import diff
 
-        return diff(self, a, b)
+        return diff(self, a, b, events=events)
 
     def replay(
         self, session: str, *, start: int | None = None, stop: int | None = None

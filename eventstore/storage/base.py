@@ -243,6 +243,26 @@ class Storage(ABC):
         """Move a session's head (the caller holds its lock)."""
 
     @abstractmethod
+    def append_at(
+        self,
+        tx: Tx,
+        session_pk: int,
+        old_head: int,
+        old_hash: bytes,
+        rows: Sequence[EventRow],
+        head_turn: int,
+    ) -> bool:
+        """Append ``rows`` only if the head is still ``(old_head, old_hash)``.
+
+        The optimistic fast path of a writer that knows the head from its last append:
+        the head check is part of the write (PostgreSQL: one statement, one round trip).
+
+        Returns:
+            ``True`` when the rows were written and the head moved to the last row;
+            ``False`` (nothing written) when the head had moved on.
+        """
+
+    @abstractmethod
     def list_sessions(self, tx: Tx) -> list[SessionRow]:
         """Every session, oldest first."""
 

@@ -5,6 +5,7 @@ This is the only module that imports psycopg.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -12,8 +13,8 @@ import psycopg.errors
 from sqlalchemy import Connection, create_engine, func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError
 
+from .base import EventRow
 from .schema import snapshots
 from .sql import ErrorKind, SqlStorage
 
@@ -56,6 +57,24 @@ DROP_IMMUTABILITY_DDL_V1 = (
     "DROP FUNCTION IF EXISTS eventstore_events_guard()",
 )
 
+# One statement, one round trip: move the head only if it is still what the writer saw
+# (the version check built in; the UPDATE also takes the session's row lock), and insert
+# the batch from arrays in the same statement. No row is inserted when the head moved.
+_APPEND_AT = """
+WITH moved AS (
+    UPDATE sessions SET head = %(head)s, head_hash = %(hash)s, head_turn = %(turn)s
+    WHERE pk = %(pk)s AND head = %(old_head)s AND head_hash = %(old_hash)s
+    RETURNING pk
+)
+INSERT INTO events
+    (session_pk, version, event_id, type, turn, payload, recorded_at, actor, metadata, hash)
+SELECT moved.pk, u.version, u.event_id, u.type, u.turn, u.payload,
+       %(recorded_at)s::bigint, %(actor)s::text, %(metadata)s::bytea, u.hash
+FROM moved, unnest(%(versions)s::int[], %(event_ids)s::text[], %(types)s::text[],
+                   %(turns)s::int[], %(payloads)s::bytea[], %(hashes)s::bytea[])
+     AS u(version, event_id, type, turn, payload, hash)
+"""
+
 _RETRYABLE = (
     psycopg.errors.SerializationFailure,
     psycopg.errors.DeadlockDetected,
@@ -69,12 +88,55 @@ _RETRYABLE = (
 class PostgresStorage(SqlStorage):
     """Storage on PostgreSQL (``postgresql+psycopg://user:pw@host/db``)."""
 
+    driver_error = psycopg.Error
+
     def __init__(self, url: str, *, pool_size: int = 5, echo: bool = False) -> None:
         u = make_url(url)
         if u.drivername in ("postgresql", "postgres"):
             u = u.set(drivername="postgresql+psycopg")  # psycopg 3, not the psycopg2 default
         engine = create_engine(u, pool_pre_ping=True, pool_size=pool_size, echo=echo)
         super().__init__(engine, url)
+
+    def append_at(
+        self,
+        tx: Any,
+        session_pk: int,
+        old_head: int,
+        old_hash: bytes,
+        rows: Sequence[EventRow],
+        head_turn: int,
+    ) -> bool:
+        first = rows[0]
+        if any(
+            (r.recorded_at, r.actor, r.metadata) != (first.recorded_at, first.actor, first.metadata)
+            for r in rows
+        ):
+            return super().append_at(tx, session_pk, old_head, old_hash, rows, head_turn)
+        cur = tx.connection.cursor()
+        try:
+            cur.execute(
+                _APPEND_AT,
+                {
+                    "pk": session_pk,
+                    "old_head": old_head,
+                    "old_hash": old_hash,
+                    "head": rows[-1].version,
+                    "hash": rows[-1].hash,
+                    "turn": head_turn,
+                    "recorded_at": first.recorded_at,
+                    "actor": first.actor,
+                    "metadata": first.metadata,
+                    "versions": [r.version for r in rows],
+                    "event_ids": [r.event_id for r in rows],
+                    "types": [r.type for r in rows],
+                    "turns": [r.turn for r in rows],
+                    "payloads": [r.payload for r in rows],
+                    "hashes": [r.hash for r in rows],
+                },
+            )
+            return bool(cur.rowcount == len(rows))
+        finally:
+            cur.close()
 
     def _lock_clause(self, stmt: Any) -> Any:
         return stmt.with_for_update()
@@ -96,8 +158,7 @@ class PostgresStorage(SqlStorage):
     def _migration_lock(self, conn: Connection) -> None:
         conn.execute(select(func.pg_advisory_xact_lock(_MIGRATION_LOCK)))
 
-    def _classify(self, exc: DBAPIError) -> ErrorKind:
-        orig = exc.orig
+    def _classify(self, orig: BaseException | None, invalidated: bool) -> ErrorKind:
         if isinstance(orig, psycopg.errors.UniqueViolation):
             constraint = getattr(orig.diag, "constraint_name", None) or ""
             if constraint == "pk_events":
@@ -107,6 +168,6 @@ class PostgresStorage(SqlStorage):
             return ErrorKind.OTHER
         if isinstance(orig, psycopg.errors.UndefinedTable):
             return ErrorKind.NO_SCHEMA
-        if exc.connection_invalidated or isinstance(orig, _RETRYABLE):
+        if invalidated or isinstance(orig, _RETRYABLE):
             return ErrorKind.RETRYABLE
         return ErrorKind.OTHER

@@ -24,7 +24,7 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import Dialect, make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from ..errors import ConcurrencyError, EventStoreError, SchemaError, StorageError
@@ -47,7 +47,7 @@ from .schema import (
     snapshots,
 )
 
-__all__ = ["ErrorKind", "SqlStorage", "mask_url"]
+__all__ = ["ErrorKind", "SqlStorage", "Compiled", "mask_url"]
 
 # SQLite's default limit is 32766 bound parameters; stay far below it.
 _CHUNK = 500
@@ -66,6 +66,86 @@ _EVENT_COLS = (
 )
 _SESSION_COLS = tuple(sessions.c)
 _SNAPSHOT_COLS = tuple(snapshots.c)
+
+
+class Compiled:
+    """A Core statement compiled once for one dialect, executed on the DBAPI cursor.
+
+    The hot statements (append, load) skip SQLAlchemy's per-execution work (statement
+    construction, cache-key generation, result processing): the SQL is still declared as
+    Core, but compiled at start-up. Parameters are passed by name.
+    """
+
+    __slots__ = ("sql", "keys", "defaults")
+
+    def __init__(self, stmt: Any, dialect: Dialect) -> None:
+        c = stmt.compile(dialect=dialect)
+        self.sql: str = c.string
+        self.keys: tuple[str, ...] | None = tuple(c.positiontup) if c.positional else None
+        # Values of literals the statement binds itself (`version > 0`, `LIMIT 1`).
+        self.defaults: dict[str, Any] = {
+            k: v for k, v in c.params.items() if v is not None and k not in _NAMED
+        }
+
+    def args(self, params: Mapping[str, Any]) -> Any:
+        """The parameters in the driver's style (a tuple for qmark, the mapping for pyformat)."""
+        if self.defaults:
+            params = {**self.defaults, **params}
+        if self.keys is None:
+            return params
+        return tuple(params[k] for k in self.keys)
+
+
+_P = bindparam
+_NAMED: frozenset[str] = frozenset()  # our bindparams carry no value, so none is a default
+
+S_GET_SESSION = select(*_SESSION_COLS).where(sessions.c.id == _P("id"))
+S_GET_SESSION_PK = select(*_SESSION_COLS).where(sessions.c.pk == _P("pk"))
+S_SET_HEAD = (
+    update(sessions)
+    .where(sessions.c.pk == _P("p_pk"))
+    .values(head=_P("p_head"), head_hash=_P("p_hash"), head_turn=_P("p_turn"))
+)
+# The version check built into the write: it matches only if the head is what we saw.
+S_MOVE_HEAD = (
+    update(sessions)
+    .where(
+        sessions.c.pk == _P("p_pk"),
+        sessions.c.head == _P("p_old_head"),
+        sessions.c.head_hash == _P("p_old_hash"),
+    )
+    .values(head=_P("p_head"), head_hash=_P("p_hash"), head_turn=_P("p_turn"))
+)
+S_INSERT_EVENTS = insert(events)
+S_READ_PAYLOADS = (
+    select(events.c.payload)
+    .where(
+        events.c.session_pk == _P("pk"),
+        events.c.version > _P("after"),
+        events.c.version <= _P("upto"),
+    )
+    .order_by(events.c.version)
+)
+_RANGE = select(*_EVENT_COLS).where(
+    events.c.session_pk == _P("pk"),
+    events.c.version > _P("after"),
+    events.c.version <= _P("upto"),
+)
+S_READ_EVENTS_ASC = _RANGE.order_by(events.c.version).limit(_P("lim"))
+S_READ_EVENTS_DESC = _RANGE.order_by(events.c.version.desc()).limit(_P("lim"))
+S_EVENT_AT = select(*_EVENT_COLS).where(
+    events.c.session_pk == _P("pk"), events.c.version == _P("version")
+)
+S_SNAPSHOTS_RANGE = (
+    select(*_SNAPSHOT_COLS)
+    .where(
+        snapshots.c.session_pk == _P("pk"),
+        snapshots.c.version > _P("after"),
+        snapshots.c.version <= _P("upto"),
+    )
+    .order_by(snapshots.c.version)
+)
+_NO_LIMIT = 2**62
 
 
 class ErrorKind(enum.Enum):
@@ -87,18 +167,19 @@ def mask_url(url: str) -> str:
 
 
 def _session(r: Any) -> SessionRow:
+    # Positional, in the column order of schema.sessions (_SESSION_COLS).
     return SessionRow(
-        pk=r.pk,
-        id=r.id,
-        parent_pk=r.parent_pk,
-        fork_version=r.fork_version,
-        head=r.head,
-        head_hash=bytes(r.head_hash),
-        head_turn=r.head_turn,
-        baseline=r.baseline,
-        baseline_hash=None if r.baseline_hash is None else bytes(r.baseline_hash),
-        baseline_turn=r.baseline_turn,
-        created_at=r.created_at,
+        pk=r[0],
+        id=r[1],
+        parent_pk=r[2],
+        fork_version=r[3],
+        head=r[4],
+        head_hash=bytes(r[5]),
+        head_turn=r[6],
+        baseline=r[7],
+        baseline_hash=None if r[8] is None else bytes(r[8]),
+        baseline_turn=r[9],
+        created_at=r[10],
     )
 
 
@@ -119,25 +200,46 @@ def _event(r: Any) -> EventRow:
 
 def _snapshot(r: Any) -> SnapshotRow:
     return SnapshotRow(
-        session_pk=r.session_pk,
-        version=r.version,
-        reducer_version=r.reducer_version,
-        rest=bytes(r.rest),
-        message_digests=bytes(r.message_digests),
+        session_pk=r[0],
+        version=r[1],
+        reducer_version=r[2],
+        rest=bytes(r[3]),
+        message_digests=bytes(r[4]),
     )
 
 
 class SqlStorage(Storage):
     """Storage on a SQLAlchemy engine; subclasses supply the dialect-specific parts."""
 
+    #: the driver's base exception class (errors raised on the raw cursor).
+    driver_error: type[BaseException] = Exception
+
     def __init__(self, engine: Engine, url: str) -> None:
         self.engine = engine
         self.dialect = engine.dialect.name
         self.safe_url = mask_url(url)
+        d = engine.dialect
+        self._q_get_session = Compiled(S_GET_SESSION, d)
+        self._q_get_session_pk = Compiled(S_GET_SESSION_PK, d)
+        self._q_lock_session = Compiled(self._lock_clause(S_GET_SESSION), d)
+        self._q_set_head = Compiled(S_SET_HEAD, d)
+        self._q_move_head = Compiled(S_MOVE_HEAD, d)
+        self._q_insert_events = Compiled(S_INSERT_EVENTS, d)
+        self._q_read_payloads = Compiled(S_READ_PAYLOADS, d)
+        self._q_read_asc = Compiled(S_READ_EVENTS_ASC, d)
+        self._q_read_desc = Compiled(S_READ_EVENTS_DESC, d)
+        self._q_event_at = Compiled(S_EVENT_AT, d)
+        self._q_snapshots = Compiled(S_SNAPSHOTS_RANGE, d)
+        self._q_insert_blobs = Compiled(
+            self._insert_ignore(snapshot_blobs).values(digest=_P("digest"), body=_P("body")), d
+        )
+        self._q_upsert_snapshot = Compiled(self._upsert_snapshot(), d)
+        self._q_latest: dict[tuple[int, int], Compiled] = {}
+        self._q_blobs: dict[int, Compiled] = {}
 
     # -- dialect hooks ------------------------------------------------------------------
 
-    def _classify(self, exc: DBAPIError) -> ErrorKind:
+    def _classify(self, orig: BaseException | None, invalidated: bool) -> ErrorKind:
         """Decide what a driver error means (per dialect)."""
         raise NotImplementedError
 
@@ -168,8 +270,12 @@ class SqlStorage(Storage):
             yield
         except EventStoreError:
             raise
-        except DBAPIError as exc:
-            kind = self._classify(exc)
+        except (DBAPIError, self.driver_error) as exc:
+            if isinstance(exc, DBAPIError):
+                orig, invalidated = exc.orig, exc.connection_invalidated
+            else:  # raised on the raw cursor of a hot statement
+                orig, invalidated = exc, False
+            kind = self._classify(orig, invalidated)
             if kind is ErrorKind.VERSION_TAKEN:
                 actual = self._peek_head(session) if session is not None else -1
                 raise ConcurrencyError(
@@ -180,16 +286,16 @@ class SqlStorage(Storage):
             if kind is ErrorKind.NO_SCHEMA:
                 raise SchemaError(
                     f"the database {self.safe_url} has no eventstore schema "
-                    f"({_first_line(exc.orig)}); run `eventstore migrate`"
+                    f"({_first_line(orig)}); run `eventstore migrate`"
                 ) from exc
             if kind is ErrorKind.RETRYABLE:
                 raise StorageError(
-                    f"database {self.safe_url} is unavailable or busy: {_first_line(exc.orig)}; "
+                    f"database {self.safe_url} is unavailable or busy: {_first_line(orig)}; "
                     "try again",
                     retryable=True,
                 ) from exc
             raise StorageError(
-                f"database {self.safe_url} failed: {_first_line(exc.orig)}", retryable=False
+                f"database {self.safe_url} failed: {_first_line(orig)}", retryable=False
             ) from exc
         except SQLAlchemyError as exc:
             raise StorageError(f"database {self.safe_url} failed: {exc}") from exc
@@ -203,6 +309,40 @@ class SqlStorage(Storage):
             return int(head or 0)
         except SQLAlchemyError:
             return -1
+
+    # -- raw execution of compiled statements -------------------------------------------
+
+    @staticmethod
+    def _run(tx: Tx, q: Compiled, params: Mapping[str, Any]) -> Any:
+        cur = tx.connection.cursor()
+        cur.execute(q.sql, q.args(params))
+        return cur
+
+    @staticmethod
+    def _fetchall(tx: Tx, q: Compiled, params: Mapping[str, Any]) -> list[Any]:
+        cur = tx.connection.cursor()
+        try:
+            cur.execute(q.sql, q.args(params))
+            return list(cur.fetchall())
+        finally:
+            cur.close()
+
+    @staticmethod
+    def _fetchone(tx: Tx, q: Compiled, params: Mapping[str, Any]) -> Any:
+        cur = tx.connection.cursor()
+        try:
+            cur.execute(q.sql, q.args(params))
+            return cur.fetchone()
+        finally:
+            cur.close()
+
+    @staticmethod
+    def _runmany(tx: Tx, q: Compiled, seq: Sequence[Mapping[str, Any]]) -> None:
+        cur = tx.connection.cursor()
+        try:
+            cur.executemany(q.sql, [q.args(p) for p in seq])
+        finally:
+            cur.close()
 
     # -- transactions -------------------------------------------------------------------
 
@@ -245,16 +385,17 @@ class SqlStorage(Storage):
     # -- sessions -----------------------------------------------------------------------
 
     def get_session(self, tx: Tx, session_id: str) -> SessionRow | None:
-        r = tx.execute(select(*_SESSION_COLS).where(sessions.c.id == session_id)).first()
+        r = self._fetchone(tx, self._q_get_session, {"id": session_id})
         return None if r is None else _session(r)
 
     def get_session_by_pk(self, tx: Tx, pk: int) -> SessionRow:
-        r = tx.execute(select(*_SESSION_COLS).where(sessions.c.pk == pk)).one()
+        r = self._fetchone(tx, self._q_get_session_pk, {"pk": pk})
+        if r is None:
+            raise StorageError(f"session row {pk} vanished; run `eventstore verify`")
         return _session(r)
 
     def lock_session(self, tx: Tx, session_id: str) -> SessionRow | None:
-        stmt = self._lock_clause(select(*_SESSION_COLS).where(sessions.c.id == session_id))
-        r = tx.execute(stmt).first()
+        r = self._fetchone(tx, self._q_lock_session, {"id": session_id})
         return None if r is None else _session(r)
 
     def insert_session(self, tx: Tx, new: NewSession) -> SessionRow | None:
@@ -278,11 +419,38 @@ class SqlStorage(Storage):
         return None if r is None else _session(r)
 
     def set_head(self, tx: Tx, pk: int, head: int, head_hash: bytes, head_turn: int) -> None:
-        tx.execute(
-            update(sessions)
-            .where(sessions.c.pk == pk)
-            .values(head=head, head_hash=head_hash, head_turn=head_turn)
+        self._run(
+            tx,
+            self._q_set_head,
+            {"p_pk": pk, "p_head": head, "p_hash": head_hash, "p_turn": head_turn},
+        ).close()
+
+    def append_at(
+        self,
+        tx: Tx,
+        session_pk: int,
+        old_head: int,
+        old_hash: bytes,
+        rows: Sequence[EventRow],
+        head_turn: int,
+    ) -> bool:
+        cur = self._run(
+            tx,
+            self._q_move_head,
+            {
+                "p_pk": session_pk,
+                "p_old_head": old_head,
+                "p_old_hash": old_hash,
+                "p_head": rows[-1].version,
+                "p_hash": rows[-1].hash,
+                "p_turn": head_turn,
+            },
         )
+        moved = cur.rowcount == 1
+        cur.close()
+        if moved:
+            self.insert_events(tx, rows)
+        return moved
 
     def list_sessions(self, tx: Tx) -> list[SessionRow]:
         rows = tx.execute(select(*_SESSION_COLS).order_by(sessions.c.pk)).all()
@@ -297,10 +465,9 @@ class SqlStorage(Storage):
     # -- events -------------------------------------------------------------------------
 
     def insert_events(self, tx: Tx, rows: Sequence[EventRow]) -> None:
-        # SQLAlchemy's "insertmanyvalues" sends the batch as multi-row INSERTs: one round
-        # trip per 1000 rows on both drivers.
-        tx.execute(
-            insert(events),
+        self._runmany(
+            tx,
+            self._q_insert_events,
             [
                 {
                     "session_pk": r.session_pk,
@@ -340,37 +507,54 @@ class SqlStorage(Storage):
         limit: int | None = None,
         desc: bool = False,
     ) -> list[EventRow]:
-        stmt = select(*_EVENT_COLS).where(
-            events.c.session_pk == session_pk,
-            events.c.version > after,
-            events.c.version <= upto,
-        )
-        stmt = stmt.order_by(events.c.version.desc() if desc else events.c.version)
-        if limit is not None:
-            stmt = stmt.limit(limit)
-        return [_event(r) for r in tx.execute(stmt)]
+        q = self._q_read_desc if desc else self._q_read_asc
+        params = {"pk": session_pk, "after": after, "upto": upto, "lim": _NO_LIMIT if limit is None else limit}
+        return [_event(r) for r in self._fetchall(tx, q, params)]
 
     def read_payloads(self, tx: Tx, session_pk: int, *, after: int, upto: int) -> list[bytes]:
-        stmt = (
-            select(events.c.payload)
-            .where(
-                events.c.session_pk == session_pk,
-                events.c.version > after,
-                events.c.version <= upto,
-            )
-            .order_by(events.c.version)
+        rows = self._fetchall(
+            tx, self._q_read_payloads, {"pk": session_pk, "after": after, "upto": upto}
         )
-        return [bytes(p) for p in tx.execute(stmt).scalars()]
+        return [r[0] if type(r[0]) is bytes else bytes(r[0]) for r in rows]
 
     def event_at(self, tx: Tx, session_pk: int, version: int) -> EventRow | None:
-        r = tx.execute(
-            select(*_EVENT_COLS).where(
-                events.c.session_pk == session_pk, events.c.version == version
-            )
-        ).first()
+        r = self._fetchone(tx, self._q_event_at, {"pk": session_pk, "version": version})
         return None if r is None else _event(r)
 
     # -- snapshots ----------------------------------------------------------------------
+
+    def _latest_query(self, n_segments: int, n_baselines: int) -> Compiled:
+        """The newest-usable-snapshot query for a lineage shape, compiled once per shape."""
+        key = (n_segments, n_baselines)
+        q = self._q_latest.get(key)
+        if q is None:
+            at_baseline = [
+                and_(snapshots.c.session_pk == _P(f"bpk{i}"), snapshots.c.version == _P(f"bv{i}"))
+                for i in range(n_baselines)
+            ]
+            usable = or_(snapshots.c.reducer_version == _P("rv"), *at_baseline)
+            # A snapshot *at* a segment's lower end is the state of the previous segment's
+            # tip, so it is as good as one inside: `version >= after` (but never version 0).
+            within = or_(
+                *(
+                    and_(
+                        snapshots.c.session_pk == _P(f"spk{i}"),
+                        snapshots.c.version > 0,
+                        snapshots.c.version >= _P(f"sa{i}"),
+                        snapshots.c.version <= _P(f"su{i}"),
+                    )
+                    for i in range(n_segments)
+                ),
+                *at_baseline,
+            )
+            stmt = (
+                select(*_SNAPSHOT_COLS)
+                .where(within, usable)
+                .order_by(snapshots.c.version.desc())
+                .limit(1)
+            )
+            q = self._q_latest[key] = Compiled(stmt, self.engine.dialect)
+        return q
 
     def latest_snapshot(
         self,
@@ -381,53 +565,26 @@ class SqlStorage(Storage):
     ) -> SnapshotRow | None:
         if not segments and not baselines:
             return None
-        at_baseline = [
-            and_(snapshots.c.session_pk == pk, snapshots.c.version == v) for pk, v in baselines
-        ]
-        usable: Any = or_(snapshots.c.reducer_version == reducer_version, *at_baseline)
-        # A snapshot *at* a segment's lower end is the state of the previous segment's
-        # tip, so it is as good as one inside: `version >= after` (except version 0).
-        within = or_(
-            *(
-                and_(
-                    snapshots.c.session_pk == s.session_pk,
-                    snapshots.c.version > 0,
-                    snapshots.c.version >= s.after,
-                    snapshots.c.version <= s.upto,
-                )
-                for s in segments
-            ),
-            *at_baseline,
-        )
-        stmt = (
-            select(*_SNAPSHOT_COLS)
-            .where(within, usable)
-            .order_by(snapshots.c.version.desc())
-            .limit(1)
-        )
-        r = tx.execute(stmt).first()
+        params: dict[str, Any] = {"rv": reducer_version}
+        for i, s in enumerate(segments):
+            params[f"spk{i}"], params[f"sa{i}"], params[f"su{i}"] = s.session_pk, s.after, s.upto
+        for i, (pk, v) in enumerate(baselines):
+            params[f"bpk{i}"], params[f"bv{i}"] = pk, v
+        r = self._fetchone(tx, self._latest_query(len(segments), len(baselines)), params)
         return None if r is None else _snapshot(r)
 
     def list_snapshots(self, tx: Tx, session_pk: int, *, after: int, upto: int) -> list[SnapshotRow]:
-        rows = tx.execute(
-            select(*_SNAPSHOT_COLS)
-            .where(
-                snapshots.c.session_pk == session_pk,
-                snapshots.c.version > after,
-                snapshots.c.version <= upto,
-            )
-            .order_by(snapshots.c.version)
-        ).all()
+        rows = self._fetchall(tx, self._q_snapshots, {"pk": session_pk, "after": after, "upto": upto})
         return [_snapshot(r) for r in rows]
 
     def put_snapshot(self, tx: Tx, snap: SnapshotRow, blobs: Mapping[bytes, bytes]) -> None:
         if blobs:
-            items = [{"digest": d, "body": b} for d, b in blobs.items()]
-            stmt = self._insert_ignore(snapshot_blobs)
-            for chunk in self.iter_chunks(items, _CHUNK):
-                tx.execute(stmt, list(chunk))
-        tx.execute(
-            self._upsert_snapshot(),
+            self._runmany(
+                tx, self._q_insert_blobs, [{"digest": d, "body": b} for d, b in blobs.items()]
+            )
+        self._run(
+            tx,
+            self._q_upsert_snapshot,
             {
                 "session_pk": snap.session_pk,
                 "version": snap.version,
@@ -435,18 +592,25 @@ class SqlStorage(Storage):
                 "rest": snap.rest,
                 "message_digests": snap.message_digests,
             },
-        )
+        ).close()
+
+    def _blobs_query(self, n: int) -> Compiled:
+        q = self._q_blobs.get(n)
+        if q is None:
+            stmt = select(snapshot_blobs.c.digest, snapshot_blobs.c.body).where(
+                snapshot_blobs.c.digest.in_([_P(f"d{i}") for i in range(n)])
+            )
+            q = self._q_blobs[n] = Compiled(stmt, self.engine.dialect)
+        return q
 
     def get_blobs(self, tx: Tx, digests: Sequence[bytes]) -> dict[bytes, bytes]:
         out: dict[bytes, bytes] = {}
         unique = list(dict.fromkeys(digests))
         for chunk in self.iter_chunks(unique, _CHUNK):
-            rows = tx.execute(
-                select(snapshot_blobs.c.digest, snapshot_blobs.c.body).where(
-                    snapshot_blobs.c.digest.in_(bindparam("d", expanding=True))
-                ),
-                {"d": list(chunk)},
-            ).all()
+            # Pad to a power of two so that only a handful of statement shapes exist.
+            n = 1 << max(0, len(chunk) - 1).bit_length()
+            padded = list(chunk) + [chunk[0]] * (n - len(chunk))
+            rows = self._fetchall(tx, self._blobs_query(n), {f"d{i}": d for i, d in enumerate(padded)})
             for d, b in rows:
                 out[bytes(d)] = bytes(b)
         return out

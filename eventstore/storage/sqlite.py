@@ -14,7 +14,6 @@ from typing import Any
 
 from sqlalchemy import Connection, create_engine, event
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.exc import DBAPIError
 
 from .schema import snapshots
 from .sql import ErrorKind, SqlStorage
@@ -51,6 +50,8 @@ DROP_IMMUTABILITY_DDL_V1 = (
 
 class SQLiteStorage(SqlStorage):
     """Storage in one SQLite file (``sqlite:///path.db``)."""
+
+    driver_error = sqlite3.Error
 
     def __init__(self, url: str, *, busy_timeout_ms: int = 30_000, echo: bool = False) -> None:
         engine = create_engine(url, echo=echo)
@@ -94,8 +95,7 @@ class SQLiteStorage(SqlStorage):
             },
         )
 
-    def _classify(self, exc: DBAPIError) -> ErrorKind:
-        orig = exc.orig
+    def _classify(self, orig: BaseException | None, invalidated: bool) -> ErrorKind:
         text = str(orig)
         if isinstance(orig, sqlite3.IntegrityError) and "UNIQUE constraint failed" in text:
             if "events.event_id" in text:
