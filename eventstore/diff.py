@@ -125,6 +125,9 @@ class SessionDiff:
         events_left: number of events on the left since the base (``left.version`` when no base).
         events_right: number of events on the right since the base.
         details: per changed message, what changed inside it.
+        left_events: with ``diff(..., events=True)``, the left side's events since the base
+            (``RecordedEvent`` objects, oldest first); ``None`` otherwise.
+        right_events: the same for the right side.
         left_messages: the left state's messages by id (for rendering removed messages).
         right_messages: the right state's messages by id (for rendering added messages).
         error_left: the left state's ``error`` object, if any.
@@ -146,6 +149,8 @@ class SessionDiff:
     right_messages: Mapping[str, JSON] = field(default_factory=dict, repr=False, compare=False)
     error_left: JSON | None = None
     error_right: JSON | None = None
+    left_events: tuple[Any, ...] | None = field(default=None, repr=False, compare=False)
+    right_events: tuple[Any, ...] | None = field(default=None, repr=False, compare=False)
 
     @property
     def identical(self) -> bool:
@@ -208,6 +213,16 @@ class SessionDiff:
             "status": {"left": self.status_left, "right": self.status_right},
             "events": {"left": self.events_left, "right": self.events_right},
             "details": [d.to_json() for d in self.details],
+            **(
+                {
+                    "events_since_base": {
+                        "left": [e.to_json() for e in self.left_events],
+                        "right": [e.to_json() for e in self.right_events or ()],
+                    }
+                }
+                if self.left_events is not None
+                else {}
+            ),
         }
 
 

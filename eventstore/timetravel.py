@@ -118,13 +118,19 @@ def _check_version(row: SessionRow, version: int | None) -> int:
     return v
 
 
-def diff(store: EventStore, a: RefLike, b: RefLike) -> SessionDiff:
+def diff(store: EventStore, a: RefLike, b: RefLike, *, events: bool = False) -> SessionDiff:
     """Compare two refs: the newest shared state and the message-level changes.
+
+    The cost is the lineage walk (session rows), two checkouts (a snapshot plus at most
+    ``snapshot_every`` events each) and the message comparison; with ``events=True``, also
+    reading the events on each side since the base.
 
     Args:
         store: the event store.
         a: the left ref ``(session, version)``; version ``None`` means the head.
         b: the right ref.
+        events: also return the events on each side since the base
+            (``left_events`` / ``right_events``).
 
     Returns:
         A :class:`~eventstore.diff.SessionDiff` from ``a`` to ``b``.
@@ -142,6 +148,10 @@ def diff(store: EventStore, a: RefLike, b: RefLike) -> SessionDiff:
     right = store.load(b[0], version=vb).to_json()
     sd = diff_states(left, right)
     since = base.version if base is not None else 0
+    left_events = right_events = None
+    if events:
+        left_events = tuple(store.history(a[0], after=since, upto=va))
+        right_events = tuple(store.history(b[0], after=since, upto=vb))
     return SessionDiff(
         left=Ref(a[0], va),
         right=Ref(b[0], vb),
@@ -158,6 +168,8 @@ def diff(store: EventStore, a: RefLike, b: RefLike) -> SessionDiff:
         right_messages=sd.right_messages,
         error_left=left.get("error"),
         error_right=right.get("error"),
+        left_events=left_events,
+        right_events=right_events,
     )
 
 

@@ -136,6 +136,10 @@ def test_branch_diff_and_replay(run: Run, demo_db: Path) -> None:
     assert d["events"] == {"left": 31, "right": 1}
     human = run("diff", "s@20", "alt").stdout
     assert "+ user u-9" in human and "base s@20" in human
+    listed = run("diff", "s@22", "alt", "--events").stdout
+    assert "left s@22: 2 event(s)" in listed and "right alt@21: 1 event(s)" in listed
+    ev = js(run("diff", "s@22", "alt", "--events", "--json"))["events_since_base"]
+    assert [e["version"] for e in ev["left"]] == [21, 22] and ev["right"][0]["session"] == "alt"
     generated = run("branch", "alt").stdout
     assert generated.startswith("created alt-")
     run("branch", "s", "--name", "alt", code=1)  # taken

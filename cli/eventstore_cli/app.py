@@ -389,6 +389,9 @@ def diff(
     ctx: typer.Context,
     left: str = typer.Argument(..., metavar="A[@V]", help="Left ref (SESSION or SESSION@VERSION)."),
     right: str = typer.Argument(..., metavar="B[@V]", help="Right ref."),
+    events: bool = typer.Option(
+        False, "--events", "-e", help="Also list the events on each side since the fork point."
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
     """Compare two refs: the shared fork point, and which messages differ.
@@ -401,11 +404,14 @@ def diff(
     a = parse_ref(left)
     b = parse_ref(right)
     with open_store(ctx) as store:
-        d = store.diff(a, b)
+        d = store.diff(a, b, events=events)
     if as_json:
         print_json(d.to_json())
     else:
-        _out().print(render.diff_view(d))
+        out = _out()
+        out.print(render.diff_view(d))
+        if events:
+            out.print(render.diff_events(d))
 
 
 @app.command()

@@ -340,6 +340,22 @@ def diff_view(d: Any) -> Group:
     return Group(*out)
 
 
+def diff_events(d: Any) -> Group:
+    """The events on each side since the fork point (``diff --events``)."""
+    out: list[Any] = []
+    for label, ref, events, style in (
+        ("left", d.left, d.left_events or (), "red"),
+        ("right", d.right, d.right_events or (), "green"),
+    ):
+        out.append(Text(f"{label} {ref}: {len(events)} event(s) since the base", style=f"bold {style}"))
+        for e in events:
+            line = Text(f"  {e.version:>5} ", style=style)
+            line.append(f"{e.type:<9}", style="cyan")
+            line.append(action_summary(e.action))
+            out.append(line)
+    return Group(*out)
+
+
 def _err(e: Mapping[str, Any] | None) -> str:
     return "none" if not e else repr(e.get("message"))
 
