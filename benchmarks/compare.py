@@ -56,7 +56,7 @@ from eventstore.samples import chat_session
 HERE = Path(__file__).resolve().parent
 SEED = 20251129
 SESSION = "chat-1"
-EXTRA_TURNS = 3  # turns appended one event per write after the per-turn session
+EXTRA_TURNS = 5  # turns appended one event per write after the per-turn session
 
 
 # --------------------------------------------------------------------------- workload
@@ -122,8 +122,14 @@ def _drop(target: Any) -> None:
 # --------------------------------------------------------------------------- one size
 
 
-def run_size(target: Any, turns_n: int, opts: argparse.Namespace) -> dict[str, Any]:
-    """Every single-writer figure of one target at session length ``turns_n``."""
+def run_size(target: Any, turns_n: int, opts: argparse.Namespace,
+             ref: Any = None) -> dict[str, Any]:
+    """Every single-writer figure of one target at session length ``turns_n``.
+
+    ``ref`` is an open raw psycopg target: during the per-event phase each turn is also
+    appended to it, right before the target's, so the per-event ratio pairs measurements
+    taken seconds apart (the shared machine's noise moves both alike).
+    """
     actions = chat_session(turns_n + EXTRA_TURNS, SEED)
     turns = split_turns(actions)
     main, extra = turns[:turns_n], turns[turns_n:]
@@ -151,13 +157,13 @@ def run_size(target: Any, turns_n: int, opts: argparse.Namespace) -> dict[str, A
         out["bytes_per_event"] = out["bytes"] / n
 
         # 3. correctness
-        for label, version, ref in (("head", None, ref_head), ("old", v_old, ref_old)):
+        for label, version, expected in (("head", None, ref_head), ("old", v_old, ref_old)):
             try:
                 got = target.load(SESSION, version)
             except Unsupported as exc:
                 out["problems"].append(f"load {label}: unsupported ({exc})")
                 continue
-            if got != ref:
+            if got != expected:
                 out["problems"].append(f"load {label} (version {version or n}) != reference fold")
 
         # 4. reads
@@ -168,11 +174,15 @@ def run_size(target: Any, turns_n: int, opts: argparse.Namespace) -> dict[str, A
             out["load_old_ms"] = None
         out.update(_history(target, opts))
 
-        # 5. per-event appends at length T
-        rates, lats = [], []
+        # 5. per-event appends at length T, each turn paired with the same turn on raw
+        rates, ratios, raw_rates, lats = [], [], [], []
         budget = time.perf_counter() + opts.event_budget
         version = n
-        for turn in extra:
+        for j, turn in enumerate(extra):
+            if ref is not None:
+                ref_session = f"ref-{target.key}-{turn_n_tag(turns_n)}-{j}"
+                raw_spent = sum(_timed_append(ref, ref_session, [a]) for a in turn)
+                raw_rates.append(len(turn) / raw_spent)
             spent = 0.0
             for a in turn:
                 d = _timed_append(target, SESSION, [a])
@@ -180,11 +190,21 @@ def run_size(target: Any, turns_n: int, opts: argparse.Namespace) -> dict[str, A
                 lats.append(d)
             version += len(turn)
             rates.append(len(turn) / spent)
+            if ref is not None:
+                ratios.append(rates[-1] / raw_rates[-1])
             if time.perf_counter() > budget:
                 break
         target.mark(SESSION, version)
+        # Bytes each event costs when it is written on its own (no batching to compress).
+        out["bytes_per_event_single"] = (
+            (target.size_bytes() - out["bytes"]) / (version - n) if target.per_event else None
+        )
         out["per_event_eps"] = statistics.median(rates) if target.per_event else None
         out["per_event_p50_ms"] = _pct(lats, 0.5) * 1000
+        out["per_event_turns"] = len(rates)
+        if ratios and target.per_event:
+            out["per_event_raw_eps"] = statistics.median(raw_rates)
+            out["per_event_ratio"] = statistics.median(ratios)
         if target.load(SESSION) != reference(actions[:version]):
             out["problems"].append(f"load head after per-event appends (version {version}) != reference")
     finally:
@@ -193,6 +213,10 @@ def run_size(target: Any, turns_n: int, opts: argparse.Namespace) -> dict[str, A
             _drop(target)
     out["ok"] = not out["problems"]
     return out
+
+
+def turn_n_tag(turns_n: int) -> str:
+    return f"t{turns_n}"
 
 
 def _history(target: Any, opts: argparse.Namespace) -> dict[str, Any]:
@@ -416,6 +440,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "targets": {},
     }
     t_start = time.perf_counter()
+    ref = make_target("raw")
+    ref.open("pairing")  # raw psycopg appends paired with every target's per-event phase
     for key in keys:
         why = unavailable(key, options)
         if why:
@@ -444,7 +470,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 continue
             t0 = time.perf_counter()
             try:
-                res = run_size(target, t, args)
+                res = run_size(target, t, args, ref)
             except Exception as exc:  # noqa: BLE001
                 traceback.print_exc()
                 res = {"turns": t, "error": f"{type(exc).__name__}: {exc}", "ok": False}
@@ -456,6 +482,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             entry["sizes"][str(t)] = res
             print(f"[{key}] T={t}: {_brief(res)} ({time.perf_counter() - t0:.1f}s)", flush=True)
         _save(data, args)
+    ref.close()
+    _drop(ref)
     if not args.no_concurrency:
         for key in keys:
             entry = data["targets"][key]
@@ -507,12 +535,253 @@ def _render(data: dict[str, Any], args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- report
+
+SECTION = "## Versus peers"
+NOTES_BEGIN = "<!-- versus-peers notes: kept when the tables are regenerated -->"
+NOTES_END = "<!-- /versus-peers notes -->"
+ES_KEYS = ("es-pg", "es-sqlite")
+
+
+def _f(v: Any, digits: int = 0) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float) and v != v:
+        return "–"
+    if digits == 0:
+        return f"{v:,.0f}"
+    return f"{v:,.{digits}f}"
+
+
+def _ms(v: Any) -> str:
+    if v is None:
+        return "–"
+    return _f(v, 2 if v < 10 else 1 if v < 100 else 0)
+
+
+def _ratio(v: Any, base: Any) -> str:
+    if v is None or base in (None, 0) or v != v or base != base:
+        return ""
+    r = v / base
+    return f" ({r:.2f}×)" if r < 10 else f" ({r:.1f}×)" if r < 100 else f" ({r:,.0f}×)"
+
+
+def _pratio(r: dict[str, Any]) -> str:
+    """Per-event ratio: median of (target turn rate / raw turn rate) over paired turns."""
+    v = r.get("per_event_ratio")
+    if v is None:
+        return ""
+    return f" ({v:.2f}×)" if v < 10 else f" ({v:.1f}×)"
+
+
+def _targets(data: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(data["targets"].values())
+
+
+def _size(entry: dict[str, Any], t: int) -> dict[str, Any] | None:
+    res = entry.get("sizes", {}).get(str(t))
+    if not res or "error" in res or "skipped" in res:
+        return None
+    return res
+
+
+def _status(entry: dict[str, Any], t: int) -> str:
+    res = entry.get("sizes", {}).get(str(t))
+    if res is None:
+        return "not run"
+    if "skipped" in res:
+        return "skipped"
+    if "error" in res:
+        return "ERROR"
+    return "ok" if res.get("ok") else "**WRONG**"
+
+
 def render(data: dict[str, Any]) -> str:
-    return ""
+    """The "## Versus peers" section as markdown (tables only; notes are kept separately)."""
+    env = data["env"]
+    raw = data["targets"].get("raw", {})
+    turns = sorted({int(t) for e in _targets(data) for t in e.get("sizes", {})})
+    lines = [SECTION, ""]
+    lines += [
+        f"Run {env['date']} at commit `{env['commit']}`, in {data.get('elapsed_s', 0) / 60:.1f} min: "
+        f"`cd /work/main && scripts/with-postgres .venv/bin/python -m benchmarks compare"
+        f"{(' ' + data['command'].split('compare', 1)[1].strip()) if data['command'].split('compare', 1)[1].strip() else ''}`.",
+        "Workload: `eventstore.samples.chat_session(T, seed=" + str(data["seed"]) + ")` (≈86 events per turn); "
+        "every figure is also given as a ratio to raw psycopg **measured in the same run** "
+        "(throughput: higher is better; time and bytes: lower is better). "
+        "Reads are the median of " + str(data["settings"]["repeats"]) + " after one warm-up.",
+        "",
+        "Machine and versions:",
+        "",
+        "```",
+        env["uname"],
+        f"nproc: {env['nproc']}",
+        env["free"],
+        f"Python {env['python']}, PostgreSQL {env['postgresql']}, SQLite {env['sqlite']}",
+        ", ".join(f"{k} {v}" for k, v in env["versions"].items() if v),
+        "```",
+        "",
+        "| key | target | configuration |",
+        "|---|---|---|",
+    ]
+    for e in _targets(data):
+        conf = e.get("note") or e.get("unavailable") or ""
+        if e.get("error"):
+            conf += f" — **{e['error']}**"
+        lines.append(f"| `{e['key']}` | {e['label']} | {conf} |")
+    lines.append("")
+
+    for t in turns:
+        base = _size(raw, t) or {}
+        n = base.get("events") or next(((_size(e, t) or {}).get("events") for e in _targets(data) if _size(e, t)), None)
+        lines += [
+            f"### T = {t} turns ({_f(n)} events; old version = end of turn {t // 2})",
+            "",
+            "| target | state | append, 1 event/tx (ev/s) | append, 1 turn/tx (ev/s) | load head (ms) "
+            "| load old version (ms) | full history (ms) | bytes/event | bytes/event, 1 event/tx |",
+            "|---|---|--:|--:|--:|--:|--:|--:|--:|",
+        ]
+        for e in _targets(data):
+            if e.get("unavailable"):
+                continue
+            r = _size(e, t)
+            st = _status(e, t)
+            if r is None:
+                why = (e.get("sizes", {}).get(str(t)) or {}).get("skipped") or (e.get("sizes", {}).get(str(t)) or {}).get("error") or e.get("error", "")
+                lines.append(f"| {e['label']} | {st} | {why} | | | | | | |")
+                continue
+            hist = _ms(r["history_ms"]) + _ratio(r["history_ms"], base.get("history_ms"))
+            if not r.get("history_complete", True):
+                hist = f"> {_ms(r['history_ms'])} (stopped after {r['history_items']} items)"
+            lines.append(
+                f"| {e['label']} | {st} "
+                f"| {_f(r.get('per_event_eps'))}{_pratio(r)} "
+                f"| {_f(r.get('per_turn_eps'))}{_ratio(r.get('per_turn_eps'), base.get('per_turn_eps'))} "
+                f"| {_ms(r['load_head_ms'])}{_ratio(r['load_head_ms'], base.get('load_head_ms'))} "
+                f"| {_ms(r.get('load_old_ms'))}{_ratio(r.get('load_old_ms'), base.get('load_old_ms'))} "
+                f"| {hist} "
+                f"| {_f(r['bytes_per_event'])}{_ratio(r['bytes_per_event'], base.get('bytes_per_event'))} "
+                f"| {_f(r.get('bytes_per_event_single'))}"
+                f"{_ratio(r.get('bytes_per_event_single'), base.get('bytes_per_event_single'))} |"
+            )
+        problems = [f"{e['label']}: {'; '.join(_size(e, t)['problems'])}" for e in _targets(data)
+                    if _size(e, t) and _size(e, t)["problems"]]
+        lines.append("")
+        lines.append("Checked against the reference fold (head, old version, head after the per-event appends): "
+                     + ("every target correct." if not problems else "**" + " / ".join(problems) + "**"))
+        lines.append("")
+
+    if len(turns) >= 2:
+        lo, hi = turns[0], turns[-1]
+        lines += [
+            f"### Growth from T = {lo} to T = {hi}",
+            "",
+            f"| target | bytes/event T={lo} | bytes/event T={hi} | growth | load head T={lo} (ms) "
+            f"| load head T={hi} (ms) | growth |",
+            "|---|--:|--:|--:|--:|--:|--:|",
+        ]
+        for e in _targets(data):
+            a, b = _size(e, lo), _size(e, hi)
+            if e.get("unavailable") or a is None:
+                continue
+            if b is None:
+                lines.append(f"| {e['label']} | {_f(a['bytes_per_event'])} | {_status(e, hi)} | | "
+                             f"{_ms(a['load_head_ms'])} | {_status(e, hi)} | |")
+                continue
+            lines.append(
+                f"| {e['label']} | {_f(a['bytes_per_event'])} | {_f(b['bytes_per_event'])} "
+                f"| {b['bytes_per_event'] / a['bytes_per_event']:.2f}× | {_ms(a['load_head_ms'])} "
+                f"| {_ms(b['load_head_ms'])} | {b['load_head_ms'] / a['load_head_ms']:.2f}× |"
+            )
+        lines.append("")
+
+    writers = sorted({int(w) for e in _targets(data) for w in e.get("concurrency", {})})
+    if writers:
+        secs = data["settings"]["cell_seconds"]
+        lines += [
+            f"### Concurrent writers (one event per transaction, each writer its own session, {secs:g} s per cell, processes)",
+            "",
+            "| target | " + " | ".join(f"W={w}: ev/s | W={w}: p50 / p99 ms" for w in writers) + " |",
+            "|---|" + "--:|--:|" * len(writers),
+        ]
+        for e in _targets(data):
+            cells = e.get("concurrency", {})
+            if not cells:
+                continue
+            row = [e["label"]]
+            for w in writers:
+                c, rc = cells.get(str(w)), raw.get("concurrency", {}).get(str(w), {})
+                if not c or "error" in c:
+                    row += [("ERROR " + c["error"]) if c else "–", ""]
+                    continue
+                fail = f" ({c['failed_appends']} failed)" if c.get("failed_appends") else ""
+                row.append(f"{_f(c['eps'])}{_ratio(c['eps'], rc.get('eps'))}{fail}")
+                row.append(f"{_ms(c['p50_ms'])} / {_ms(c['p99_ms'])}")
+            lines.append("| " + " | ".join(row) + " |")
+        lines.append("")
+
+    lines += _verdicts(data, turns)
+    lines += [
+        "![bytes per session vs session length](figures/compare-bytes.png)",
+        "![load head vs session length](figures/compare-load-head.png)",
+        "![append throughput](figures/compare-append.png)",
+        "![concurrent writers](figures/compare-concurrency.png)",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _verdicts(data: dict[str, Any], turns: list[int]) -> list[str]:
+    """Issue 5's targets, checked mechanically on this run's numbers."""
+    if not turns:
+        return []
+    t = turns[-1]
+    es = _size(data["targets"].get("es-pg", {}), t)
+    raw = _size(data["targets"].get("raw", {}), t)
+    peers = [(e["label"], _size(e, t)) for e in _targets(data)
+             if e["key"] not in ES_KEYS + ("raw",) and _size(e, t)]
+    if not es or not raw or not peers:
+        return []
+
+    def best(metric: str, high: bool) -> tuple[str, float]:
+        vals = [(lbl, r[metric]) for lbl, r in peers if r.get(metric) is not None and r.get("ok")]
+        return (max if high else min)(vals, key=lambda x: x[1]) if vals else ("–", float("nan"))
+
+    out = [f"### Issue 5 targets, eventstore on PostgreSQL at T = {t}", ""]
+    lbl, v = best("per_event_eps", True)
+    out.append(f"- beats every peer on append per event: {'met' if es['per_event_eps'] > v else '**not met**'} "
+               f"({_f(es['per_event_eps'])} ev/s vs best peer {lbl} {_f(v)} ev/s)")
+    lbl, v = best("bytes_per_event", False)
+    out.append(f"- beats every peer on bytes per event: {'met' if es['bytes_per_event'] < v else '**not met**'} "
+               f"({_f(es['bytes_per_event'])} B vs best peer {lbl} {_f(v)} B)")
+    lbl, v = best("load_head_ms", False)
+    out.append(f"- load head within 1.0× of the best peer: {'met' if es['load_head_ms'] <= v else '**not met**'} "
+               f"({_ms(es['load_head_ms'])} ms vs {lbl} {_ms(v)} ms, {es['load_head_ms'] / v:.2f}×)")
+    r = es.get("per_event_ratio") or es["per_event_eps"] / raw["per_event_eps"]
+    out.append(f"- append per event ≥ 0.8× raw psycopg (paired turns): {'met' if r >= 0.8 else '**not met**'} ({r:.2f}×)")
+    out.append("")
+    return out
 
 
 def write_section(text: str, path: Path) -> None:
-    pass
+    """Replace (or append) the "## Versus peers" section of RESULTS.md, keeping the notes block."""
+    old = path.read_text() if path.exists() else "# Benchmark results\n"
+    notes = ""
+    start = old.find(SECTION + "\n")
+    if start >= 0:
+        nxt = old.find("\n## ", start + len(SECTION))
+        end = len(old) if nxt < 0 else nxt + 1
+        body = old[start:end]
+        a, b = body.find(NOTES_BEGIN), body.find(NOTES_END)
+        if a >= 0 and b > a:
+            notes = body[a : b + len(NOTES_END)]
+        before, after = old[:start], old[end:]
+    else:
+        before, after = old.rstrip("\n") + "\n\n", ""
+    if not notes:
+        notes = NOTES_BEGIN + "\n" + NOTES_END
+    section = text.rstrip("\n") + "\n\n" + notes + "\n"
+    path.write_text(before + section + ("\n" + after if after else ""))
 
 
 if __name__ == "__main__":  # pragma: no cover

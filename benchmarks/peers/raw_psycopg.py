@@ -37,7 +37,7 @@ class RawPsycopg:
     per_event = True
     per_turn = True
     note = (
-        "bare table, INSERT+COMMIT per event, pipelined executemany per batch; "
+        "bare table, autocommit INSERT per event, one pipelined executemany transaction per batch; "
         "load = SELECT the rows and fold"
     )
 
@@ -50,10 +50,9 @@ class RawPsycopg:
         self.db = db_name(self.key, tag)
         if create:
             fresh_database(self.db)
-        self.conn = psycopg.connect(pg_url(self.db))
+        self.conn = psycopg.connect(pg_url(self.db), autocommit=True)
         if create:
             self.conn.execute(DDL)
-            self.conn.commit()
         self.heads = {}
 
     def append(self, session: str, actions: Sequence[Action]) -> None:
@@ -62,13 +61,11 @@ class RawPsycopg:
         rows = [
             (session, seq + i, a["type"], Jsonb(a)) for i, a in enumerate(actions, start=1)
         ]
-        with self.conn.cursor() as cur:
-            if len(rows) == 1:
-                cur.execute(INSERT, rows[0])
-            else:
-                with self.conn.pipeline():
-                    cur.executemany(INSERT, rows)
-        self.conn.commit()
+        if len(rows) == 1:
+            self.conn.execute(INSERT, rows[0])
+        else:
+            with self.conn.pipeline(), self.conn.transaction(), self.conn.cursor() as cur:
+                cur.executemany(INSERT, rows)
         self.heads[session] = seq + len(rows)
 
     def _rows(self, session: str, version: int | None) -> list[Action]:
@@ -83,9 +80,7 @@ class RawPsycopg:
                     "SELECT data FROM events WHERE session_id = %s AND seq <= %s ORDER BY seq",
                     (session, version),
                 )
-            rows = [r[0] for r in cur.fetchall()]
-        self.conn.commit()
-        return rows
+            return [r[0] for r in cur.fetchall()]
 
     def load(self, session: str, version: int | None = None) -> State:
         return fold_json(None, self._rows(session, version))
