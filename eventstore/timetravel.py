@@ -28,7 +28,7 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -85,28 +85,25 @@ def _row(store: EventStore, tx: Any, session: str) -> SessionRow:
 
 
 def _lineage(store: EventStore, tx: Any, row: SessionRow, version: int) -> list[LineageSegment]:
-    """The segments of ``row``'s chain up to ``version``, root first."""
+    """The segments of ``row``'s chain up to ``version``, root first.
+
+    The root is always present (possibly recording nothing, ``start == end == 0``) so that
+    two chains from the same root still share its empty state.
+    """
     segs: list[LineageSegment] = []
     upper = row.head
-    cur: SessionRow | None = row
-    while cur is not None:
+    cur = row
+    while True:
         start = cur.fork_version or 0
         end = min(version, upper)
-        if end > start:
-            segs.append(LineageSegment(cur.id, start, end))
+        if end > start or cur.parent_pk is None:
+            segs.append(LineageSegment(cur.id, start, max(end, start)))
+        if cur.parent_pk is None:
+            break
         upper = start
-        cur = store._storage.get_session_by_pk(tx, cur.parent_pk) if cur.parent_pk else None
-        if cur is None and (not segs or segs[-1].start != 0):
-            # The root records nothing below `version`: keep it so roots still compare.
-            segs.append(LineageSegment(_root_id(store, tx, row), 0, 0))
+        cur = store._storage.get_session_by_pk(tx, cur.parent_pk)
     segs.reverse()
     return segs
-
-
-def _root_id(store: EventStore, tx: Any, row: SessionRow) -> str:
-    while row.parent_pk:
-        row = store._storage.get_session_by_pk(tx, row.parent_pk)
-    return row.id
 
 
 def _check_version(row: SessionRow, version: int | None) -> int:
@@ -777,6 +774,7 @@ def import_(
     results: list[ImportResult] = []
     storage = store._storage
     codec = SnapshotCodec()
+    new_blobs: set[bytes] = set()
     with storage.write() as tx:
         for b in blocks:
             m = b.meta
@@ -797,7 +795,7 @@ def import_(
                     # The parent of that name holds another history than the file's.
                     raise SessionExists(m["parent"])
             if existing is not None:
-                status, n = _merge_existing(store, tx, existing, b, parent_pk)
+                status, n = _merge_existing(store, tx, existing, b, parent_pk, new_blobs)
                 results.append(ImportResult(sid, status, n, max(existing.head, m["head"])))
                 done += len(b.events)
                 if progress is not None:
@@ -833,11 +831,35 @@ def import_(
                 done += len(chunk)
                 if progress is not None:
                     progress(done, total)
+            _snapshot_runs(store, tx, new, rows, new_blobs)
             storage.set_head(tx, new.pk, m["head"], bytes.fromhex(m["head_hash"]), m["head_turn"])
             results.append(ImportResult(sid, "created", len(rows), m["head"]))
+    store._remember_blobs(new_blobs)
     if progress is not None:
         progress(done, total)
     return results
+
+
+def _snapshot_runs(
+    store: EventStore, tx: Any, row: SessionRow, rows: Sequence[EventRow], new_blobs: set[bytes]
+) -> None:
+    """Write the periodic snapshots an append of these events would have written.
+
+    Without them every load of an imported session would fold from its start. ``rows``
+    may have one gap (events compacted away below the baseline); each contiguous run is
+    folded from the state just before it, which is loadable by then (the parent's state
+    at the fork, or the baseline snapshot).
+    """
+    run: list[EventRow] = []
+    seq: list[EventRow | None] = [*rows, None]
+    for e in seq:
+        if run and (e is None or e.version != run[-1].version + 1):
+            before = replace(row, head=run[0].version - 1)
+            actions = [orjson.loads(r.payload) for r in run]
+            store._advance(tx, before, actions, run[-1].version, run[-1].hash, new_blobs)
+            run = []
+        if e is not None:
+            run.append(e)
 
 
 def _put_snapshot(
@@ -854,7 +876,12 @@ def _with_pk(e: EventRow, pk: int) -> EventRow:
 
 
 def _merge_existing(
-    store: EventStore, tx: Any, row: SessionRow, b: _Block, parent_pk: int | None
+    store: EventStore,
+    tx: Any,
+    row: SessionRow,
+    b: _Block,
+    parent_pk: int | None,
+    new_blobs: set[bytes],
 ) -> tuple[str, int]:
     """Leave an existing session alone or extend it; refuse a different history."""
     m = b.meta
@@ -882,6 +909,7 @@ def _merge_existing(
     if not rows or rows[0].version != row.head + 1:
         raise SessionExists(row.id)
     storage.insert_events(tx, rows)
+    _snapshot_runs(store, tx, row, rows, new_blobs)
     storage.set_head(tx, row.pk, m["head"], bytes.fromhex(m["head_hash"]), m["head_turn"])
     return "extended", len(rows)
 

@@ -325,3 +325,31 @@ def test_import_extends_a_prefix_and_skips_what_is_present(tt: EventStore, tmp_p
     assert [r.status for r in tt.import_(io.StringIO(full))] == ["extended"]
     assert [r.status for r in tt.import_(io.StringIO(full))] == ["present"]
     assert hashes(tt, "y") == want
+
+
+def test_import_writes_the_periodic_snapshots(tt: EventStore, tmp_path: Path) -> None:
+    """An imported session loads like the original: from snapshots, not from its start."""
+    with EventStore(f"sqlite:///{tmp_path / 'src.db'}", snapshot_every=7) as src:
+        src.migrate()
+        record(src, "long", chat_session(3, seed=4, deltas=10))
+        src.branch("long", at=30, new_id="long-b")
+        record(src, "long-b", random_actions(random.Random(9), 20))
+        src.compact("long", upto=50)
+        data = _export(src, "long-b").decode()
+        want = src.verify()
+        states = {v: state(src, "long-b", v) for v in range(0, tt_head(src, "long-b") + 1)}
+    tt.import_(io.StringIO(data))
+    got = tt.verify()
+    assert got.ok and got.snapshots == want.snapshots > 0
+    assert {v: state(tt, "long-b", v) for v in states} == states
+
+
+def tt_head(store: EventStore, session: str) -> int:
+    return store.head(session)
+
+
+def test_branch_at_zero_shares_the_empty_state(tt: EventStore) -> None:
+    record(tt, "z", random_actions(random.Random(1), 5))
+    tt.branch("z", at=0, new_id="z0")
+    record(tt, "z0", random_actions(random.Random(2), 3))
+    assert tt.diff(("z0", None), ("z", None)).to_json()["base"] == {"session": "z", "version": 0}
