@@ -21,6 +21,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
@@ -104,15 +105,20 @@ def plot_append(data: dict[str, Any], path: Path) -> None:
         vals = [row[idx] or 0 for row in rows]
         colors = [STYLE.get(k, {}).get("color", "#999999") for k, *_ in rows]
         y = range(len(rows))
-        ax.barh(list(y), vals, color=colors)
+        ax.barh(list(y), vals, color=colors, left=0)
         ax.set_yticks(list(y))
         ax.set_yticklabels(names if ax is axes[0] else [""] * len(names), fontsize=8)
         ax.invert_yaxis()
         ax.set_xscale("log")
-        ax.set_xlabel("events per second (log)")
+        top = max(vals + [10])
+        ax.set_xlim(1, top * 4)
+        ax.xaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10))
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.set_xlabel("events per second (log scale)")
         ax.set_title(f"append, {title} (T={t})", fontsize=10)
         for i, v in enumerate(vals):
-            ax.text(v if v else 1, i, f" {v:,.0f}" if v else " n/a", va="center", fontsize=7)
+            ax.text(v if v else 1, i, f" {v:,.0f}" if v else " n/a (not this mode)", va="center", fontsize=8)
         ax.grid(True, axis="x", alpha=0.3)
     _footer(fig, data)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
@@ -133,7 +139,7 @@ def plot_concurrency(data: dict[str, Any], path: Path) -> None:
         ws = [w for w, _ in cells]
         ax1.plot(ws, [c["eps"] for _, c in cells], label=e["label"], **STYLE.get(key, {}))
         ax2.plot(ws, [c["p99_ms"] for _, c in cells], label=e["label"], **STYLE.get(key, {}))
-    for ax, ylabel, title in ((ax1, "events per second", "throughput"),
+    for ax, ylabel, title in ((ax1, "events per second (log)", "throughput"),
                               (ax2, "p99 append latency (ms, log)", "p99 latency")):
         ax.set_xscale("log", base=2)
         ws = sorted({int(w) for _, e in have for w in e["concurrency"]})
@@ -144,6 +150,7 @@ def plot_concurrency(data: dict[str, Any], path: Path) -> None:
         ax.set_ylabel(ylabel)
         ax.set_title(f"{title}, one event per transaction", fontsize=10)
         ax.grid(True, alpha=0.3)
+    ax1.set_yscale("log")
     ax2.set_yscale("log")
     ax2.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     _footer(fig, data)
