@@ -23,6 +23,8 @@ affects both alike):
   plus the message comparison — it must not grow with ``k``.
 - **compact**: ``store.compact(session, upto=head - 100)`` on a fresh 100k-event session:
   events removed per second (the baseline snapshot is written in the same transaction).
+- **export / import**: the 100k-event session to JSON Lines in memory, then into an empty
+  database of the same backend (the whole file parsed, validated and hash-checked first).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import gc
+import io
 import json
 import os
 import platform
@@ -124,8 +127,10 @@ def _pg_url(admin: str) -> Iterator[str]:
             conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
-def measure_backend(url: str, big: int, repeats: int, seed: int = 0) -> dict[str, Any]:
-    """All figures for one database URL."""
+def measure_backend(
+    url: str, big: int, repeats: int, fresh: Callable[[], Any], seed: int = 0
+) -> dict[str, Any]:
+    """All figures for one database URL; ``fresh()`` gives another empty database's URL."""
     out: dict[str, Any] = {"events": big}
     with EventStore(url) as store:
         store.migrate()
@@ -169,6 +174,24 @@ def measure_backend(url: str, big: int, repeats: int, seed: int = 0) -> dict[str
         out["diff"] = diffs
         out["load_head"] = _time(lambda: store.load("big"), repeats)
 
+        buf = io.StringIO()
+        t0 = time.perf_counter()
+        n_exported = store.export("big", buf)
+        t_export = time.perf_counter() - t0
+        with fresh() as other_url, EventStore(other_url) as other:
+            other.migrate()
+            buf.seek(0)
+            t0 = time.perf_counter()
+            other.import_(buf)
+            t_import = time.perf_counter() - t0
+            assert other.verify("big").ok
+        out["export_import"] = {
+            "events": n_exported,
+            "bytes": len(buf.getvalue().encode()),
+            "export_seconds": t_export,
+            "import_seconds": t_import,
+        }
+
         _fill(store, "victim", big_actions)
         upto = big - 100
         t0 = time.perf_counter()
@@ -205,10 +228,12 @@ def measure(big: int, repeats: int, pg: str | None) -> dict[str, Any]:
         "backends": {},
     }
     with _sqlite_url() as url:
-        results["backends"]["sqlite"] = measure_backend(url, big, repeats)
+        results["backends"]["sqlite"] = measure_backend(url, big, repeats, _sqlite_url)
     if pg:
         with _pg_url(pg) as url:
-            results["backends"]["postgresql"] = measure_backend(url, big, repeats)
+            results["backends"]["postgresql"] = measure_backend(
+                url, big, repeats, lambda: _pg_url(pg)
+            )
     return results
 
 
@@ -241,6 +266,13 @@ def render(r: dict[str, Any], command: str) -> str:
             f"| branch at {n // 1000}k events | {_ms(br['big']['median'])} ({_ms(br['big']['best'])}) |",
             f"| branch ratio {n // 1000}k ÷ 1k (target ≤ {MAX_BRANCH_RATIO}) | {br['ratio']:.2f} {ok} |",
             f"| load head of the {n // 1000}k session (for scale) | {_ms(b['load_head']['median'])} |",
+            f"| export {b['export_import']['events']:,} events "
+            f"({b['export_import']['bytes'] / 1e6:.1f} MB JSON Lines) | "
+            f"{b['export_import']['export_seconds']:.2f} s = "
+            f"{b['export_import']['events'] / b['export_import']['export_seconds']:,.0f} events/s |",
+            f"| import them into an empty database (hash chain checked, snapshots written) | "
+            f"{b['export_import']['import_seconds']:.2f} s = "
+            f"{b['export_import']['events'] / b['export_import']['import_seconds']:,.0f} events/s |",
             f"| compact {b['compact']['removed']:,} events | {b['compact']['seconds']:.2f} s = "
             f"{b['compact']['events_per_second']:,.0f} events/s |",
             "",

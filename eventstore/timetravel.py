@@ -28,7 +28,7 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -663,9 +663,11 @@ def _parse(lines: Iterable[str]) -> tuple[JSON, list[_Block]]:
                 raise _bad(n, "event_id must be a string or null", "event_id")
             if actor is not None and not isinstance(actor, str):
                 raise _bad(n, "actor must be a string or null", "actor")
-            payload = canonical(parsed.to_json())
-            if payload != canonical(action):
+            # The stored bytes are the canonical form of the validated action: a file whose
+            # action differs from it (extra keys, other values) is refused, not normalised.
+            if parsed.to_json() != action:
                 raise _bad(n, "action is not in canonical form", "action")
+            payload = canonical(action)
             blocks[-1].events.append(
                 EventRow(
                     session_pk=0,
@@ -850,13 +852,23 @@ def _snapshot_runs(
     folded from the state just before it, which is loadable by then (the parent's state
     at the fork, or the baseline snapshot).
     """
+    n = store.snapshot_every
+    fresh = store._storage.get_session(tx, row.id) or row
     run: list[EventRow] = []
     seq: list[EventRow | None] = [*rows, None]
     for e in seq:
         if run and (e is None or e.version != run[-1].version + 1):
-            before = replace(row, head=run[0].version - 1)
-            actions = [orjson.loads(r.payload) for r in run]
-            store._advance(tx, before, actions, run[-1].version, run[-1].hash, new_blobs)
+            start, end = run[0].version - 1, run[-1].version
+            boundaries = range((start // n + 1) * n, end + 1, n)
+            if boundaries:
+                state: JSON = store._state_at(tx, fresh, start)
+                pos = start
+                for b in boundaries:
+                    state = fold_json(
+                        state, [orjson.loads(r.payload) for r in run[pos - start : b - start]]
+                    )
+                    pos = b
+                    store._put_snapshot(tx, row.pk, b, state, new_blobs)
             run = []
         if e is not None:
             run.append(e)
