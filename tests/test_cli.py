@@ -157,6 +157,7 @@ def test_branch_diff_and_replay(run: Run, demo_db: Path) -> None:
         ["checkout", "s@"],
         ["checkout", "s@-1"],
         ["checkout", "s@x"],
+        ["checkout", "s@²"],
         ["diff", "s@1.5", "s"],
         ["history", "@3"],
         ["branch", "s@abc"],
@@ -281,6 +282,9 @@ def test_unreachable_database_hides_the_password() -> None:
     assert r.exit_code == 1 and "Traceback" not in r.stderr
     assert "s3cret-pw" not in r.stderr + r.stdout
     assert r.stderr.startswith("error: ")
+    url = "postgresql+psycopg://user@127.0.0.1:1/db?password=qu3ry-pw&connect_timeout=2"
+    r = runner.invoke(app, ["--db", url, "migrate"])
+    assert r.exit_code == 1 and "qu3ry-pw" not in r.stderr + r.stdout
     r = runner.invoke(app, ["--db", "nosuchdb://x", "sessions"])
     assert r.exit_code == 1 and r.stderr.startswith("error: ")
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import io
 import json
-import os
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -62,21 +61,24 @@ def _err_console() -> Console:
     return Console(stderr=True)
 
 
+# The --db URL of the running command, so that `fail` can mask its password in any message.
+_current_url = ""
+
+
 def redact(url: str) -> str:
-    """The URL with any password replaced by ``***``."""
-    return re.sub(r"(?<=://)([^:/@]*):[^@/]*@", r"\1:***@", url)
+    """The URL with any password (userinfo or ``password=`` query) replaced by ``***``."""
+    url = re.sub(r"(?<=://)([^:/@]*):[^@/]*@", r"\1:***@", url)
+    return re.sub(r"(?i)(password=)[^&]*", r"\1***", url)
 
 
-def _password(url: str) -> str | None:
-    m = re.search(r"://[^:/@]*:([^@/]*)@", url)
-    return m.group(1) if m and m.group(1) else None
+def _passwords(url: str) -> list[str]:
+    found = re.findall(r"://[^:/@]*:([^@/]*)@", url) + re.findall(r"(?i)password=([^&]*)", url)
+    return [p for p in found if p]
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
     """Print ``error: message`` on stderr (one line, passwords masked) and exit."""
-    url = os.environ.get("_EVENTSTORE_CLI_URL", "")
-    pw = _password(url)
-    if pw:
+    for pw in _passwords(_current_url):
         message = message.replace(pw, "***")
     message = " ".join(str(message).split())
     typer.echo(f"error: {message}", err=True)
@@ -135,7 +137,7 @@ def parse_ref(text: str, *, allow_head: bool = True) -> tuple[str, int | None]:
         usage(f"bad ref {text!r}: expected SESSION or SESSION@VERSION")
     if version == "head" and allow_head:
         return session, None
-    if not version.isdigit():
+    if not (version.isascii() and version.isdigit()):
         usage(f"bad ref {text!r}: the version after '@' must be a number ≥ 0 (or 'head')")
     return session, int(version)
 
@@ -229,8 +231,9 @@ def _global(
     ),
 ) -> None:
     """Event-sourced AI chat sessions with time travel."""
+    global _current_url
     ctx.obj = {"db": db}
-    os.environ["_EVENTSTORE_CLI_URL"] = db  # lets `fail` mask the password
+    _current_url = db
 
 
 @app.command()
