@@ -298,39 +298,65 @@ class EventStore:
     ) -> AppendResult:
         st = self._storage
         now = _now_micros()
-        new_blobs: set[bytes] = set()
         # The head this process saw after its last append to the session, if any.
         known = self._heads.pop(session, None) if fast else None
         if known is not None and expected is not None and expected != known.head:
             known = None  # the caller expects another head: let the locked path decide
-        with st.write(session=session, expected=expected) as tx:
-            row: SessionRow | None = None
-            if known is not None:
-                # Optimistic: the head check is part of the write (one round trip on PG).
-                rows, prev, turn = self._rows(known, session, encoded, ids, actor, meta, now)
-                if st.append_at(tx, known.pk, known.head, known.head_hash, rows, turn):
-                    row = known
-            if row is None:
-                row = st.lock_session(tx, session)
-                if row is None:
-                    if expected not in (None, 0):
-                        raise ConcurrencyError(session, expected, 0)
-                    row = st.insert_session(tx, NewSession(id=session, created_at=now))
-                    if row is None:  # created concurrently: wait for its lock
-                        row = st.lock_session(tx, session)
-                        assert row is not None
-                if ids is not None:
-                    prior = st.events_by_id(tx, row.pk, ids)
-                    if prior:
-                        return self._replayed(session, prior, ids, encoded, actor, meta)
-                if expected is not None and row.head != expected:
-                    raise ConcurrencyError(session, expected, row.head)
-                rows, prev, turn = self._rows(row, session, encoded, ids, actor, meta, now)
-                st.insert_events(tx, rows)
-                st.set_head(tx, row.pk, rows[-1].version, prev, turn)
+        if known is not None:
+            # Optimistic path: the head check is part of the write, and so are the snapshots
+            # this batch reaches (PostgreSQL: one statement, its own transaction).
+            rows, prev, turn = self._rows(known, session, encoded, ids, actor, meta, now)
             head = rows[-1].version
-            self._advance(tx, row, action_dicts, head, prev, new_blobs)
-        self._remember_blobs(new_blobs)
+            plan = self._plan(known, action_dicts, head, None)
+            if plan is not None:
+                snaps, blobs, state = plan
+                if st.append_fast(known.pk, known.head, known.head_hash, rows, turn, snaps, blobs):
+                    return self._appended(known, session, rows, prev, turn, state, blobs, ids, now)
+        with st.write(session=session, expected=expected) as tx:
+            row = st.lock_session(tx, session)
+            if row is None:
+                if expected not in (None, 0):
+                    raise ConcurrencyError(session, expected, 0)
+                row = st.insert_session(tx, NewSession(id=session, created_at=now))
+                if row is None:  # created concurrently: wait for its lock
+                    row = st.lock_session(tx, session)
+                    assert row is not None
+            if ids is not None:
+                prior = st.events_by_id(tx, row.pk, ids)
+                if prior:
+                    return self._replayed(session, prior, ids, encoded, actor, meta)
+            if expected is not None and row.head != expected:
+                raise ConcurrencyError(session, expected, row.head)
+            rows, prev, turn = self._rows(row, session, encoded, ids, actor, meta, now)
+            head = rows[-1].version
+            st.insert_events(tx, rows)
+            st.set_head(tx, row.pk, head, prev, turn)
+            plan = self._plan(row, action_dicts, head, tx)
+            assert plan is not None
+            snaps, blobs, state = plan
+            for snap in snaps:
+                st.put_snapshot(tx, snap, blobs if snap is snaps[0] else {})
+        return self._appended(row, session, rows, prev, turn, state, blobs, ids, now)
+
+    def _appended(
+        self,
+        row: SessionRow,
+        session: str,
+        rows: list[EventRow],
+        prev: bytes,
+        turn: int,
+        state: dict[str, Any] | None,
+        blobs: Mapping[bytes, bytes],
+        ids: tuple[str, ...] | None,
+        now: int,
+    ) -> AppendResult:
+        """Bookkeeping after a committed append: caches, and the result."""
+        head = rows[-1].version
+        if state is not None:
+            self._states[row.pk] = (head, prev, state)
+            while len(self._states) > _STATE_CACHE:
+                self._states.popitem(last=False)
+        self._remember_blobs(set(blobs))
         self._heads[session] = replace(row, head=head, head_hash=prev, head_turn=turn)
         if len(self._heads) > _HEADS_CACHE:
             self._heads.popitem(last=False)
@@ -412,16 +438,22 @@ class EventStore:
             replayed=True,
         )
 
-    def _advance(
+    def _plan(
         self,
-        tx: Tx,
         row: SessionRow,
         action_dicts: list[dict[str, Any]],
         head: int,
-        head_hash: bytes,
-        new_blobs: set[bytes],
-    ) -> None:
-        """Write the snapshots this append reaches and keep the head-state cache warm."""
+        tx: Tx | None,
+    ) -> tuple[list[SnapshotRow], dict[bytes, bytes], dict[str, Any] | None] | None:
+        """The snapshots an append from ``row.head`` to ``head`` reaches, and the new head state.
+
+        The state at ``row.head`` comes from this process's cache (keyed by the chain hash,
+        so another writer's append is never mistaken for ours) or, inside a transaction,
+        from the database. Returns ``None`` when a snapshot is due but there is neither.
+
+        Returns:
+            ``(snapshots, new blobs they need, state at head or None)``.
+        """
         n = self.snapshot_every
         start = row.head
         boundaries = list(range((start // n + 1) * n, head + 1, n))
@@ -429,21 +461,26 @@ class EventStore:
         state: dict[str, Any] | None
         if cached is not None and cached[0] == start and cached[1] == row.head_hash:
             state = cached[2]
-        elif boundaries:
+        elif not boundaries:
+            return [], {}, None
+        elif tx is None:
+            return None
+        else:
             # Re-read the row: a compaction elsewhere may have moved its baseline.
             fresh = self._storage.get_session(tx, row.id)
             state = self._state_at(tx, fresh or row, start)
-        else:
-            return
+        snaps: list[SnapshotRow] = []
+        blobs: dict[bytes, bytes] = {}
+        known = self._known_blobs
         pos = start
         for b in boundaries:
             state = fold_json(state, action_dicts[pos - start : b - start])
             pos = b
-            self._put_snapshot(tx, row.pk, b, state, new_blobs)
+            rest, digests, bodies = self._codec.encode(state)
+            snaps.append(SnapshotRow(row.pk, b, REDUCER_VERSION, rest, digests))
+            blobs.update((d, body) for d, body in bodies.items() if d not in known)
         state = fold_json(state, action_dicts[pos - start :])
-        self._states[row.pk] = (head, head_hash, state)
-        while len(self._states) > _STATE_CACHE:
-            self._states.popitem(last=False)
+        return snaps, blobs, state
 
     def _put_snapshot(
         self, tx: Tx, session_pk: int, version: int, state: Mapping[str, Any], new_blobs: set[bytes]

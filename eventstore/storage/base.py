@@ -263,6 +263,29 @@ class Storage(ABC):
         """
 
     @abstractmethod
+    def append_fast(
+        self,
+        session_pk: int,
+        old_head: int,
+        old_hash: bytes,
+        rows: Sequence[EventRow],
+        head_turn: int,
+        snapshots: Sequence[SnapshotRow],
+        blobs: Mapping[bytes, bytes],
+    ) -> bool:
+        """:meth:`append_at` plus the snapshots it reaches, in a transaction of its own.
+
+        PostgreSQL does it in one statement (one round trip, no BEGIN/COMMIT of its own).
+
+        Returns:
+            ``True`` when written and committed; ``False`` (nothing written) when the head
+            had moved on.
+
+        Raises:
+            EventIdRace: an event id of ``rows`` is already recorded.
+        """
+
+    @abstractmethod
     def list_sessions(self, tx: Tx) -> list[SessionRow]:
         """Every session, oldest first."""
 

@@ -5,7 +5,7 @@ This is the only module that imports psycopg.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -14,7 +14,7 @@ from sqlalchemy import Connection, create_engine, func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import make_url
 
-from .base import EventRow
+from .base import EventRow, SnapshotRow
 from .schema import snapshots
 from .sql import ErrorKind, SqlStorage
 
@@ -57,22 +57,41 @@ DROP_IMMUTABILITY_DDL_V1 = (
     "DROP FUNCTION IF EXISTS eventstore_events_guard()",
 )
 
-# One statement, one round trip: move the head only if it is still what the writer saw
-# (the version check built in; the UPDATE also takes the session's row lock), and insert
-# the batch from arrays in the same statement. No row is inserted when the head moved.
-_APPEND_AT = """
+# One statement, one round trip, its own transaction (run in autocommit): move the head
+# only if it is still what the writer saw (the version check built in; the UPDATE takes
+# the session's row lock), insert the batch from arrays, and store the snapshots the batch
+# reaches with the message blobs they add. Every insert selects FROM moved, so nothing at
+# all is written when the head had moved on.
+_APPEND_FAST = """
 WITH moved AS (
     UPDATE sessions SET head = %(head)s, head_hash = %(hash)s, head_turn = %(turn)s
     WHERE pk = %(pk)s AND head = %(old_head)s AND head_hash = %(old_hash)s
     RETURNING pk
+), ins AS (
+    INSERT INTO events
+        (session_pk, version, event_id, type, turn, payload, recorded_at, actor, metadata, hash)
+    SELECT moved.pk, u.version, u.event_id, u.type, u.turn, u.payload,
+           %(recorded_at)s::bigint, %(actor)s::text, %(metadata)s::bytea, u.hash
+    FROM moved, unnest(%(versions)s::int[], %(event_ids)s::text[], %(types)s::text[],
+                       %(turns)s::int[], %(payloads)s::bytea[], %(hashes)s::bytea[])
+         AS u(version, event_id, type, turn, payload, hash)
+    RETURNING 1
+), blobs AS (
+    INSERT INTO snapshot_blobs (digest, body)
+    SELECT b.digest, b.body
+    FROM moved, unnest(%(digests)s::bytea[], %(bodies)s::bytea[]) AS b(digest, body)
+    ON CONFLICT DO NOTHING
+), snaps AS (
+    INSERT INTO snapshots (session_pk, version, reducer_version, rest, message_digests)
+    SELECT moved.pk, n.version, n.reducer_version, n.rest, n.message_digests
+    FROM moved, unnest(%(s_versions)s::int[], %(s_reducers)s::int[], %(s_rests)s::bytea[],
+                       %(s_digests)s::bytea[]) AS n(version, reducer_version, rest, message_digests)
+    ON CONFLICT (session_pk, version) DO UPDATE SET
+        reducer_version = excluded.reducer_version,
+        rest = excluded.rest,
+        message_digests = excluded.message_digests
 )
-INSERT INTO events
-    (session_pk, version, event_id, type, turn, payload, recorded_at, actor, metadata, hash)
-SELECT moved.pk, u.version, u.event_id, u.type, u.turn, u.payload,
-       %(recorded_at)s::bigint, %(actor)s::text, %(metadata)s::bytea, u.hash
-FROM moved, unnest(%(versions)s::int[], %(event_ids)s::text[], %(types)s::text[],
-                   %(turns)s::int[], %(payloads)s::bytea[], %(hashes)s::bytea[])
-     AS u(version, event_id, type, turn, payload, hash)
+SELECT count(*) FROM ins
 """
 
 _RETRYABLE = (
@@ -97,46 +116,57 @@ class PostgresStorage(SqlStorage):
         engine = create_engine(u, pool_pre_ping=True, pool_size=pool_size, echo=echo)
         super().__init__(engine, url)
 
-    def append_at(
+    def append_fast(
         self,
-        tx: Any,
         session_pk: int,
         old_head: int,
         old_hash: bytes,
         rows: Sequence[EventRow],
         head_turn: int,
+        snapshots: Sequence[SnapshotRow],
+        blobs: Mapping[bytes, bytes],
     ) -> bool:
         first = rows[0]
         if any(
             (r.recorded_at, r.actor, r.metadata) != (first.recorded_at, first.actor, first.metadata)
             for r in rows
         ):
-            return super().append_at(tx, session_pk, old_head, old_hash, rows, head_turn)
-        cur = tx.connection.cursor()
-        try:
-            cur.execute(
-                _APPEND_AT,
-                {
-                    "pk": session_pk,
-                    "old_head": old_head,
-                    "old_hash": old_hash,
-                    "head": rows[-1].version,
-                    "hash": rows[-1].hash,
-                    "turn": head_turn,
-                    "recorded_at": first.recorded_at,
-                    "actor": first.actor,
-                    "metadata": first.metadata,
-                    "versions": [r.version for r in rows],
-                    "event_ids": [r.event_id for r in rows],
-                    "types": [r.type for r in rows],
-                    "turns": [r.turn for r in rows],
-                    "payloads": [r.payload for r in rows],
-                    "hashes": [r.hash for r in rows],
-                },
+            return super().append_fast(
+                session_pk, old_head, old_hash, rows, head_turn, snapshots, blobs
             )
-            return bool(cur.rowcount == len(rows))
-        finally:
-            cur.close()
+        params = {
+            "pk": session_pk,
+            "old_head": old_head,
+            "old_hash": old_hash,
+            "head": rows[-1].version,
+            "hash": rows[-1].hash,
+            "turn": head_turn,
+            "recorded_at": first.recorded_at,
+            "actor": first.actor,
+            "metadata": first.metadata,
+            "versions": [r.version for r in rows],
+            "event_ids": [r.event_id for r in rows],
+            "types": [r.type for r in rows],
+            "turns": [r.turn for r in rows],
+            "payloads": [r.payload for r in rows],
+            "hashes": [r.hash for r in rows],
+            "digests": list(blobs),
+            "bodies": list(blobs.values()),
+            "s_versions": [n.version for n in snapshots],
+            "s_reducers": [n.reducer_version for n in snapshots],
+            "s_rests": [n.rest for n in snapshots],
+            "s_digests": [n.message_digests for n in snapshots],
+        }
+        with self._errors(), self.engine.connect() as conn:
+            # A single statement is atomic: autocommit spares the BEGIN and COMMIT round trips.
+            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            cur = conn.connection.cursor()
+            try:
+                cur.execute(_APPEND_FAST, params)
+                (count,) = cur.fetchone()
+            finally:
+                cur.close()
+        return bool(count == len(rows))
 
     def _lock_clause(self, stmt: Any) -> Any:
         return stmt.with_for_update()

@@ -452,6 +452,23 @@ class SqlStorage(Storage):
             self.insert_events(tx, rows)
         return moved
 
+    def append_fast(
+        self,
+        session_pk: int,
+        old_head: int,
+        old_hash: bytes,
+        rows: Sequence[EventRow],
+        head_turn: int,
+        snapshots: Sequence[SnapshotRow],
+        blobs: Mapping[bytes, bytes],
+    ) -> bool:
+        with self.write() as tx:
+            if not self.append_at(tx, session_pk, old_head, old_hash, rows, head_turn):
+                return False
+            for i, snap in enumerate(snapshots):
+                self.put_snapshot(tx, snap, blobs if i == 0 else {})
+            return True
+
     def list_sessions(self, tx: Tx) -> list[SessionRow]:
         rows = tx.execute(select(*_SESSION_COLS).order_by(sessions.c.pk)).all()
         return [_session(r) for r in rows]
