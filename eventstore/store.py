@@ -461,6 +461,8 @@ class EventStore:
         state: dict[str, Any] | None
         if cached is not None and cached[0] == start and cached[1] == row.head_hash:
             state = cached[2]
+        elif start == 0:
+            state = fold_json(None, ())  # a new session: the state chain starts here
         elif not boundaries:
             return [], {}, None
         elif tx is None:

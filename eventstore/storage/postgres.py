@@ -61,31 +61,32 @@ DROP_IMMUTABILITY_DDL_V1 = (
 # only if it is still what the writer saw (the version check built in; the UPDATE takes
 # the session's row lock), insert the batch from arrays, and store the snapshots the batch
 # reaches with the message blobs they add. Every insert selects FROM moved, so nothing at
-# all is written when the head had moved on.
+# all is written when the head had moved on. Arrays and bytes are sent in binary (%b):
+# psycopg's text quoting of a hundred bytea elements costs milliseconds.
 _APPEND_FAST = """
 WITH moved AS (
-    UPDATE sessions SET head = %(head)s, head_hash = %(hash)s, head_turn = %(turn)s
-    WHERE pk = %(pk)s AND head = %(old_head)s AND head_hash = %(old_hash)s
+    UPDATE sessions SET head = %(head)s, head_hash = %(hash)b, head_turn = %(turn)s
+    WHERE pk = %(pk)s AND head = %(old_head)s AND head_hash = %(old_hash)b
     RETURNING pk
 ), ins AS (
     INSERT INTO events
         (session_pk, version, event_id, type, turn, payload, recorded_at, actor, metadata, hash)
     SELECT moved.pk, u.version, u.event_id, u.type, u.turn, u.payload,
-           %(recorded_at)s::bigint, %(actor)s::text, %(metadata)s::bytea, u.hash
-    FROM moved, unnest(%(versions)s::int[], %(event_ids)s::text[], %(types)s::text[],
-                       %(turns)s::int[], %(payloads)s::bytea[], %(hashes)s::bytea[])
+           %(recorded_at)s::bigint, %(actor)s::text, %(metadata)b::bytea, u.hash
+    FROM moved, unnest(%(versions)b::int[], %(event_ids)b::text[], %(types)b::text[],
+                       %(turns)b::int[], %(payloads)b::bytea[], %(hashes)b::bytea[])
          AS u(version, event_id, type, turn, payload, hash)
     RETURNING 1
 ), blobs AS (
     INSERT INTO snapshot_blobs (digest, body)
     SELECT b.digest, b.body
-    FROM moved, unnest(%(digests)s::bytea[], %(bodies)s::bytea[]) AS b(digest, body)
+    FROM moved, unnest(%(digests)b::bytea[], %(bodies)b::bytea[]) AS b(digest, body)
     ON CONFLICT DO NOTHING
 ), snaps AS (
     INSERT INTO snapshots (session_pk, version, reducer_version, rest, message_digests)
     SELECT moved.pk, n.version, n.reducer_version, n.rest, n.message_digests
-    FROM moved, unnest(%(s_versions)s::int[], %(s_reducers)s::int[], %(s_rests)s::bytea[],
-                       %(s_digests)s::bytea[]) AS n(version, reducer_version, rest, message_digests)
+    FROM moved, unnest(%(s_versions)b::int[], %(s_reducers)b::int[], %(s_rests)b::bytea[],
+                       %(s_digests)b::bytea[]) AS n(version, reducer_version, rest, message_digests)
     ON CONFLICT (session_pk, version) DO UPDATE SET
         reducer_version = excluded.reducer_version,
         rest = excluded.rest,
@@ -162,7 +163,7 @@ class PostgresStorage(SqlStorage):
             conn = conn.execution_options(isolation_level="AUTOCOMMIT")
             cur = conn.connection.cursor()
             try:
-                cur.execute(_APPEND_FAST, params)
+                cur.execute(_APPEND_FAST, params, binary=True)
                 (count,) = cur.fetchone()
             finally:
                 cur.close()
