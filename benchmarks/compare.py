@@ -332,6 +332,20 @@ def run_concurrency(key: str, options: dict[str, Any], writers: int, seconds: fl
 # --------------------------------------------------------------------------- environment
 
 
+def supplement(data: dict[str, Any], extra: dict[str, Any], source: str) -> None:
+    """Fill sizes the main run skipped from another run; ratios use that run's raw psycopg."""
+    raw = extra["targets"].get("raw", {}).get("sizes", {})
+    for key, e in extra["targets"].items():
+        main = data["targets"].get(key)
+        if key == "raw" or main is None:
+            continue
+        for t, res in e.get("sizes", {}).items():
+            cur = main.get("sizes", {}).get(t)
+            if (cur is None or "skipped" in cur) and "error" not in res and "skipped" not in res:
+                res = dict(res, supplement=extra.get("command", source), supplement_raw=raw.get(t, {}))
+                main.setdefault("sizes", {})[t] = res
+
+
 def environment() -> dict[str, Any]:
     def run(cmd: str) -> str:
         try:
@@ -403,6 +417,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--results", default=str(HERE / "RESULTS.md"), help="'' to skip the markdown")
     p.add_argument("--figures", default=str(HERE / "figures"), help="'' to skip the plots")
     p.add_argument("--from-json", default=None, help="only render markdown and plots from a JSON file")
+    p.add_argument("--supplement", action="append", default=[],
+                   help="with --from-json: fill sizes skipped in the main run (e.g. LangGraph "
+                        "checkpoint-per-event at T=200) from another run's JSON; marked † in the tables")
     args = p.parse_args(argv)
     if args.quick:
         if args.turns == "10,50,200":
@@ -420,6 +437,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.from_json:
         data = json.loads(Path(args.from_json).read_text())
+        for extra in args.supplement:
+            supplement(data, json.loads(Path(extra).read_text()), extra)
         return _render(data, args)
 
     options = {
@@ -650,6 +669,7 @@ def render(data: dict[str, Any]) -> str:
             "| load old version (ms) | full history (ms) | bytes/event | bytes/event, 1 event/tx |",
             "|---|---|--:|--:|--:|--:|--:|--:|--:|",
         ]
+        supplements: list[str] = []
         for e in _targets(data):
             if e.get("unavailable"):
                 continue
@@ -659,11 +679,15 @@ def render(data: dict[str, Any]) -> str:
                 why = (e.get("sizes", {}).get(str(t)) or {}).get("skipped") or (e.get("sizes", {}).get(str(t)) or {}).get("error") or e.get("error", "")
                 lines.append(f"| {e['label']} | {st} | {why} | | | | | | |")
                 continue
+            if r.get("supplement"):
+                base = r.get("supplement_raw") or {}
+                supplements.append(f"† `{e['label']}` at T = {t}: from a separate run, "
+                                   f"`{r['supplement']}`; its ratios are against raw psycopg of that run.")
             hist = _ms(r["history_ms"]) + _ratio(r["history_ms"], base.get("history_ms"))
             if not r.get("history_complete", True):
                 hist = f"> {_ms(r['history_ms'])} (stopped after {r['history_items']} items)"
             lines.append(
-                f"| {e['label']} | {st} "
+                f"| {e['label']}{' †' if r.get('supplement') else ''} | {st} "
                 f"| {_f(r.get('per_event_eps'))}{_pratio(r)} "
                 f"| {_f(r.get('per_turn_eps'))}{_ratio(r.get('per_turn_eps'), base.get('per_turn_eps'))} "
                 f"| {_ms(r['load_head_ms'])}{_ratio(r['load_head_ms'], base.get('load_head_ms'))} "
@@ -673,9 +697,11 @@ def render(data: dict[str, Any]) -> str:
                 f"| {_f(r.get('bytes_per_event_single'))}"
                 f"{_ratio(r.get('bytes_per_event_single'), base.get('bytes_per_event_single'))} |"
             )
+            base = _size(raw, t) or {}
         problems = [f"{e['label']}: {'; '.join(_size(e, t)['problems'])}" for e in _targets(data)
                     if _size(e, t) and _size(e, t)["problems"]]
         lines.append("")
+        lines += [x + "\n" for x in supplements]
         lines.append("Checked against the reference fold (head, old version, head after the per-event appends): "
                      + ("every target correct." if not problems else "**" + " / ".join(problems) + "**"))
         lines.append("")
