@@ -33,6 +33,7 @@ _message_ids = st.sampled_from(MESSAGE_IDS)
 _call_ids = st.sampled_from(CALL_IDS)
 _names = st.sampled_from(TOOL_NAMES)
 _text = st.text(max_size=6)  # hypothesis never generates lone surrogates by default
+_word = st.sampled_from(["a", "b", "Hello", " ", "é"])
 
 json_values: st.SearchStrategy[Any] = st.recursive(
     st.none()
@@ -55,7 +56,9 @@ def _with_optional(base: dict[str, Any], key: str, value: Any) -> dict[str, Any]
 stream_parts: st.SearchStrategy[dict[str, Any]] = st.one_of(
     st.builds(lambda m: {"type": "message-start", "messageId": m}, _message_ids),
     st.builds(lambda m, t: {"type": "text-delta", "messageId": m, "text": t}, _message_ids, _text),
-    st.builds(lambda m, t: {"type": "text-delta", "messageId": m, "text": t}, _message_ids, _text),
+    # Non-empty deltas too, so that extending an existing text part is common.
+    st.builds(lambda m, t: {"type": "text-delta", "messageId": m, "text": t}, _message_ids, _word),
+    st.builds(lambda m, t: {"type": "text-delta", "messageId": m, "text": t}, _message_ids, _word),
     st.builds(lambda m, t: {"type": "reasoning", "messageId": m, "text": t}, _message_ids, _text),
     st.builds(
         lambda m, c, n, i: {"type": "tool-call", "messageId": m, "id": c, "name": n, "input": i},

@@ -684,6 +684,26 @@ def test_fold_json_never_mutates_its_input_state() -> None:
     assert out != base
 
 
+@pytest.mark.parametrize(
+    "tail",
+    [
+        [delta("a", "!")],
+        [delta("a", "!"), delta("a", "?")],
+        [delta("n", "!", "c1")],
+        [start("b"), delta("a", "!")],
+        [delta("a", "!"), {"type": "stop"}, {"type": "retry"}],
+    ],
+    ids=["one-delta", "two-deltas", "nested-delta", "older-message", "then-retry"],
+)
+def test_fold_json_extending_text_it_did_not_create_leaves_the_input_alone(tail: list[dict[str, Any]]) -> None:
+    base = fold_json(None, [send(), start("a"), call("a", "c1"), start("n", "c1"), delta("n", "x", "c1"), delta("a", "x")])
+    snapshot = copy.deepcopy(base)
+    out = fold_json(base, tail)
+    assert base == snapshot
+    assert out != base
+    assert out == fold(tail, base).to_json()
+
+
 def test_fold_json_agrees_with_fold_on_a_long_session() -> None:
     actions = chat_session(5)
     assert fold_json(None, actions) == fold(actions).to_json()

@@ -66,6 +66,36 @@ def test_fold_json_never_mutates_its_input_state(a: list[dict[str, Any]], b: lis
     assert end == end_before
 
 
+def _delta(mid: str, text: str, within: str | None = None) -> dict[str, Any]:
+    action: dict[str, Any] = {"type": "part", "part": {"type": "text-delta", "messageId": mid, "text": text}}
+    if within is not None:
+        action["within"] = within
+    return action
+
+
+@FAST
+@given(action_lists, action_lists, st.sampled_from([None, "c1"]))
+def test_continuing_a_message_never_mutates_the_state_folded_from(
+    a: list[dict[str, Any]], b: list[dict[str, Any]], within: str | None
+) -> None:
+    # The case the fold's in-place writes are most tempted by: the next event extends a
+    # text part that the *previous* fold created.
+    head = a + [
+        {"type": "part", "part": {"type": "message-start", "messageId": "m1"}},
+        {"type": "part", "part": {"type": "tool-call", "messageId": "m1", "id": "c1", "name": "search", "input": None}},
+        {"type": "part", "part": {"type": "message-start", "messageId": "m1"}, "within": "c1"},
+        _delta("m1", "x"),
+        _delta("m1", "x", "c1"),
+    ]
+    tail = [_delta("m1", "y", within), _delta("m1", "z", within), *b]
+    for make in (lambda: fold_json(None, head), lambda: fold(head).to_json()):
+        start = make()
+        before = copy.deepcopy(start)
+        out = fold_json(start, tail)
+        assert start == before
+        assert out == fold(tail, start).to_json() == _stepwise(tail, SessionState.from_trusted(start))[-1].to_json()
+
+
 @FAST
 @given(action_lists)
 def test_the_reducer_is_deterministic(acts: list[dict[str, Any]]) -> None:
