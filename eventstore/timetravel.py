@@ -38,7 +38,6 @@ from .codec import SnapshotCodec, canonical, chain_hash
 from .diff import LineageSegment, Ref, SessionDiff, diff_states, find_base
 from .errors import (
     CompactedError,
-    EventStoreError,
     InvalidEvent,
     SessionExists,
     SessionNotFound,
