@@ -13,6 +13,7 @@ __all__ = ["BENCHMARKS"]
 BENCHMARKS: list[str] = [
     # Add your module here (``benchmarks/<name>.py`` with ``main(argv)``) to run it in ``all``.
     "fold",
+    "store",
     "compare",
     "timetravel",
 ]

@@ -95,6 +95,12 @@ WITH moved AS (
 SELECT count(*) FROM ins
 """
 
+# The same without the snapshot parts, for the (most frequent) batches that reach none.
+_APPEND_FAST_NO_SNAPSHOT = _APPEND_FAST[: _APPEND_FAST.index("), blobs AS (")] + """
+)
+SELECT count(*) FROM ins
+"""
+
 _RETRYABLE = (
     psycopg.errors.SerializationFailure,
     psycopg.errors.DeadlockDetected,
@@ -163,7 +169,8 @@ class PostgresStorage(SqlStorage):
             conn = conn.execution_options(isolation_level="AUTOCOMMIT")
             cur = conn.connection.cursor()
             try:
-                cur.execute(_APPEND_FAST, params, binary=True)
+                sql = _APPEND_FAST if snapshots or blobs else _APPEND_FAST_NO_SNAPSHOT
+                cur.execute(sql, params, binary=True)
                 (count,) = cur.fetchone()
             finally:
                 cur.close()

@@ -51,9 +51,7 @@ def upgrade() -> None:
         sa.Column("actor", sa.Text(), nullable=True),
         sa.Column("metadata", sa.LargeBinary(), nullable=True),
         sa.Column("hash", sa.LargeBinary(), nullable=False),
-        sa.ForeignKeyConstraint(
-            ["session_pk"], ["sessions.pk"], name="fk_events_session_pk_sessions"
-        ),
+        # No foreign key to sessions: see eventstore/storage/schema.py.
         sa.PrimaryKeyConstraint("session_pk", "version", name="pk_events"),
     )
     op.create_index(
