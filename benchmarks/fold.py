@@ -294,6 +294,15 @@ def render(r: dict[str, Any], command: str) -> str:
         f"{r['growth_failing']:.2f}×; limit {MAX_GROWTH:g}×: "
         f"{'met' if r['targets']['growth_ok'] else 'MISSED'}).",
         "",
+        "How to read it: (a) is the floor a load can never beat — the store must decode every "
+        "stored event; (a') is the same decode with the dicts thrown away at once, the strictest "
+        "possible floor. (b) is what `EventStore.load` does per event after reading the rows: "
+        "decode, then apply with `fold_json` (no validation; events were validated on append). "
+        "Times are CPU time of the process so that other work on a shared machine does not "
+        "inflate them; the per-event table keeps the best run per size. The error + retry column "
+        "adds, every turn, a second tool call cut by a network `error` and a `retry` — the events "
+        "whose cost could grow with the conversation (cancelling open calls, resuming).",
+        "",
     ]
     return "\n".join(lines)
 

@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
 from .errors import InvalidEvent
-from .models import SessionState, _Wire, parse_action
+from .models import Action, SessionState, _Wire, parse_action
 
 __all__ = [
     "REDUCER_VERSION",
@@ -535,14 +535,14 @@ def _state_dict(state: SessionState | Mapping[str, Any] | None) -> tuple[Session
     return s, s.to_json()
 
 
-def _action_dict(action: Any) -> dict[str, Any]:
+def _action_dict(action: Action | Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(action, _Wire):
         return action.to_json()
     return parse_action(action).to_json()
 
 
 def fold(
-    actions: Iterable[Any],
+    actions: Iterable[Action | Mapping[str, Any]],
     state: SessionState | Mapping[str, Any] | None = None,
 ) -> SessionState:
     """Apply actions in order, starting from ``state`` (the initial state by default).
@@ -575,7 +575,7 @@ def fold(
 
 
 def session_reducer(
-    state: SessionState | Mapping[str, Any], action: Any
+    state: SessionState | Mapping[str, Any], action: Action | Mapping[str, Any]
 ) -> SessionState:
     """The next session state after one action (SPEC §2).
 
