@@ -787,14 +787,14 @@ def import_(
                 if prow is None:
                     raise SessionNotFound(m["parent"])
                 parent_pk = prow.pk
-                fork_hash = (
-                    _hash_at(store, tx, prow, m["fork_version"]) if m.get("fork_version") else ZERO_HASH
-                )
-                if fork_hash is None or m["fork_version"] > prow.head:
-                    raise SessionExists(m["parent"])
+                fv = m.get("fork_version") or 0
+                if fv > prow.head:
+                    raise _conflict(prow.id, f"has only versions up to {prow.head}, but {sid!r} forks at {fv}")
+                fork_hash = _hash_at(store, tx, prow, fv) if fv else ZERO_HASH
+                if fork_hash is None:
+                    raise CompactedError(prow.id, fv, prow.baseline, prow.head)
                 if fork_hash.hex() != m["fork_hash"]:
-                    # The parent of that name holds another history than the file's.
-                    raise SessionExists(m["parent"])
+                    raise _conflict(prow.id, f"holds another history than the file's up to version {fv}")
             if existing is not None:
                 status, n = _merge_existing(store, tx, existing, b, parent_pk, new_blobs)
                 results.append(ImportResult(sid, status, n, max(existing.head, m["head"])))
@@ -880,6 +880,15 @@ def _put_snapshot(
     storage.put_snapshot(tx, SnapshotRow(pk, version, REDUCER_VERSION, rest, digests), blobs)
 
 
+def _conflict(session: str, why: str) -> SessionExists:
+    err = SessionExists(session)
+    err.message = (
+        f"session {session!r} already exists and {why}; import into another database, "
+        "or rename the session there"
+    )
+    return err
+
+
 def _with_pk(e: EventRow, pk: int) -> EventRow:
     return EventRow(
         pk, e.version, e.event_id, e.type, e.turn, e.payload, e.recorded_at, e.actor, e.metadata, e.hash
@@ -898,7 +907,7 @@ def _merge_existing(
     m = b.meta
     storage = store._storage
     if row.parent_pk != parent_pk or (row.fork_version or None) != (m.get("fork_version") or None):
-        raise SessionExists(row.id)
+        raise _conflict(row.id, "holds another history than the file's")
     common = min(row.head, m["head"])
     mine = {e.version: e for e in b.events}
     theirs = _hash_at(store, tx, row, common) if common else ZERO_HASH
@@ -913,12 +922,12 @@ def _merge_existing(
     else:
         ours = None
     if theirs is None or ours is None or theirs != ours:
-        raise SessionExists(row.id)
+        raise _conflict(row.id, "holds another history than the file's")
     if m["head"] <= row.head:
         return "present", 0
     rows = [_with_pk(e, row.pk) for e in b.events if e.version > row.head]
     if not rows or rows[0].version != row.head + 1:
-        raise SessionExists(row.id)
+        raise _conflict(row.id, "holds another history than the file's")
     storage.insert_events(tx, rows)
     _snapshot_runs(store, tx, row, rows, new_blobs)
     storage.set_head(tx, row.pk, m["head"], bytes.fromhex(m["head_hash"]), m["head_turn"])

@@ -309,7 +309,7 @@ def test_import_refuses_tampered_and_malformed_files(tt: EventStore, tmp_path: P
     assert tt.sessions() == []
     # A different session already using the id is never overwritten.
     tt.append("z", [{"type": "send", "id": "other", "text": "not the same"}])
-    with pytest.raises(SessionExists):
+    with pytest.raises(SessionExists, match="another history"):
         tt.import_(io.StringIO(good))
 
 
