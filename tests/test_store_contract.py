@@ -327,3 +327,22 @@ def test_unreachable_database_is_a_retryable_storage_error_without_password() ->
         EventStore("mysql://x@localhost/db")
     with pytest.raises(StorageError):
         EventStore("not a url")
+
+
+def test_two_writers_interleaving_keep_versions_and_snapshots_right(db_url: str) -> None:
+    """Each store guesses the head from its own last append; the other's appends prove it wrong."""
+    actions = random_actions(random.Random(12), 120)
+    with make_store(db_url, snapshot_every=5) as a, EventStore(db_url, snapshot_every=5) as b:
+        rng = random.Random(4)
+        i = 0
+        while i < len(actions):
+            writer = a if rng.random() < 0.5 else b
+            n = rng.randint(1, 9)
+            r = writer.append("s1", actions[i : i + n])
+            assert (r.first_version, r.version) == (i + 1, min(i + n, len(actions)))
+            i += n
+        for store in (a, b):
+            for v in range(0, 121, 7):
+                assert store.load("s1", v).to_json() == fold_json(None, actions[:v])
+        report = a.verify("s1")
+        assert report.ok and report.snapshots == 24, report.problems
