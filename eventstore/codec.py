@@ -81,7 +81,10 @@ def encode_metadata(metadata: Mapping[str, Any] | None) -> bytes | None:
 
 def decode_metadata(data: bytes | None) -> dict[str, Any] | None:
     """The metadata object stored in ``data`` (``None`` stays ``None``)."""
-    return None if data is None else orjson.loads(data)  # type: ignore[no-any-return]
+    if data is None:
+        return None
+    obj: dict[str, Any] = orjson.loads(data)
+    return obj
 
 
 def chain_hash(

@@ -949,7 +949,7 @@ class EventStore:
         if version is None:
             return row.head
         if not isinstance(version, int) or isinstance(version, bool):
-            raise VersionNotFound(row.id, version, row.head)  # type: ignore[arg-type]
+            raise VersionNotFound(row.id, version, row.head)
         if version < 0 or version > row.head:
             raise VersionNotFound(row.id, version, row.head)
         if version < row.baseline:

@@ -167,7 +167,7 @@ class PostgresStorage(SqlStorage):
         with self._errors(), self.engine.connect() as conn:
             # A single statement is atomic: autocommit spares the BEGIN and COMMIT round trips.
             conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-            cur = conn.connection.cursor()
+            cur: Any = conn.connection.cursor()  # a psycopg cursor: binary=, %b
             try:
                 sql = _APPEND_FAST if snapshots or blobs else _APPEND_FAST_NO_SNAPSHOT
                 cur.execute(sql, params, binary=True)

@@ -271,6 +271,7 @@ class SqlStorage(Storage):
         except EventStoreError:
             raise
         except (DBAPIError, self.driver_error) as exc:
+            orig: BaseException | None
             if isinstance(exc, DBAPIError):
                 orig, invalidated = exc.orig, exc.connection_invalidated
             else:  # raised on the raw cursor of a hot statement
@@ -446,7 +447,7 @@ class SqlStorage(Storage):
                 "p_turn": head_turn,
             },
         )
-        moved = cur.rowcount == 1
+        moved = bool(cur.rowcount == 1)
         cur.close()
         if moved:
             self.insert_events(tx, rows)
