@@ -19,6 +19,7 @@ load folds fewer than ``snapshot_every`` events.
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from collections import OrderedDict
@@ -88,6 +89,7 @@ DEFAULT_SNAPSHOT_EVERY = 128
 _HISTORY_CHUNK = 1000
 _STATE_CACHE = 32
 _HEADS_CACHE = 4096
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
 _KNOWN_BLOBS_MAX = 1_000_000
 
 
@@ -915,7 +917,7 @@ class EventStore:
                 f"{self.max_id_length}",
                 field=what,
             )
-        if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        if _CONTROL.search(value):
             raise InvalidEvent(f"{what} must not contain control characters", field=what)
         if not value.isascii():
             try:

@@ -346,3 +346,14 @@ def test_two_writers_interleaving_keep_versions_and_snapshots_right(db_url: str)
                 assert store.load("s1", v).to_json() == fold_json(None, actions[:v])
         report = a.verify("s1")
         assert report.ok and report.snapshots == 24, report.problems
+
+
+def test_the_one_statement_append_leaves_pooled_connections_transactional(pg_schema: str) -> None:
+    """PostgreSQL's fast path runs in autocommit; the pool must hand out normal connections after."""
+    with make_store(pg_schema, pool_size=1) as store:
+        for _ in range(3):
+            store.append("s1", [SEND])
+        with store._storage.engine.connect() as conn:  # type: ignore[attr-defined]
+            assert conn.connection.driver_connection.autocommit is False
+        store.branch("s1", at=1, new_id="b")  # a locked, multi-statement transaction still works
+        assert store.head("b") == 1 and store.verify().ok
