@@ -70,6 +70,23 @@ def _median_time(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> float:
     return statistics.median(samples)
 
 
+def _paired(
+    raw: Callable[[], Any], ours: Callable[[], Any], repeats: int
+) -> tuple[float, float]:
+    """Median times of two workloads run alternately, so both see the same machine state."""
+    raw()
+    ours()
+    a: list[float] = []
+    b: list[float] = []
+    for _ in range(repeats):
+        for fn, out in ((raw, a), (ours, b)):
+            gc.collect()
+            t0 = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - t0)
+    return statistics.median(a), statistics.median(b)
+
+
 def _turns(actions: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     out: list[list[dict[str, Any]]] = []
     for a in actions:
@@ -271,8 +288,11 @@ def _backend_run(
 
         # 1. one event per transaction
         each = workload[10][: args.each_events]
-        t_raw = _median_time(lambda: raw.append_each(_sid("re"), each), reps)
-        t_our = _median_time(lambda: _append_each(store, _sid("oe"), each), reps)
+        t_raw, t_our = _paired(
+            lambda: raw.append_each(_sid("re"), each),
+            lambda: _append_each(store, _sid("oe"), each),
+            reps,
+        )
         res["append_event"] = {
             "events": len(each),
             "raw_s": t_raw,
@@ -285,8 +305,11 @@ def _backend_run(
         # 2. one turn per transaction
         turns = _turns(workload[50])[: args.turns]
         n_events = sum(len(t) for t in turns)
-        t_raw = _median_time(lambda: raw.append_turns(_sid("rt"), turns), reps)
-        t_our = _median_time(lambda: _append_turns(store, _sid("ot"), turns), reps)
+        t_raw, t_our = _paired(
+            lambda: raw.append_turns(_sid("rt"), turns),
+            lambda: _append_turns(store, _sid("ot"), turns),
+            reps,
+        )
         res["append_turn"] = {
             "turns": len(turns),
             "events": n_events,
@@ -338,8 +361,7 @@ def _session_figures(
             with EventStore(url, snapshot_every=every) as store:
                 head = len(actions)
                 assert store.load(sid).to_json() == fold_json(None, actions)
-                t_head = _median_time(lambda: store.load(sid), args.load_repeats, warmup=2)
-                t_raw = _median_time(lambda: raw.load(sid), max(3, args.load_repeats // 2), warmup=1)
+                t_raw, t_head = _paired(lambda: raw.load(sid), lambda: store.load(sid), args.load_repeats)
                 state = fold_json(None, actions)
                 blob = orjson.dumps(state)
                 t_decode = _median_time(lambda: orjson.loads(blob), args.load_repeats, warmup=1)
@@ -455,7 +477,9 @@ def render(res: dict[str, Any], command: str) -> str:
         "(`INSERT … %s::jsonb` + COMMIT; `executemany` in pipeline mode + COMMIT; `SELECT data … ORDER BY seq` "
         "decoded with orjson and folded with `fold_json`) on `bare(session_id text, seq int, type text, data jsonb, "
         "created_at timestamptz, PK(session_id, seq))`, and raw sqlite3 (WAL) on the same shape with JSON text. "
-        f"Medians of repeats after a warm-up. Default `snapshot_every` = {res['default_snapshot_every']}.",
+        "Medians of repeats after a warm-up; ours and the baseline run alternately, repeat by repeat, so "
+        "both see the same machine state (this machine is shared: other test suites were running). "
+        f"Default `snapshot_every` = {res['default_snapshot_every']}.",
         "",
     ]
     for backend, r in res["backends"].items():
@@ -552,7 +576,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.snapshot_every = [int(x) for x in args.snapshot_every.split(",") if x]
     if "postgresql" in args.backends and not args.pg_url:
         p.error("PostgreSQL needs --pg-url or EVENTSTORE_TEST_PG_URL (run under scripts/with-postgres)")
-    args.repeats = 3 if args.quick else 5
+    args.repeats = 3 if args.quick else 7
     args.load_repeats = 5 if args.quick else 11
     args.each_events = 100 if args.quick else 300
     args.turns = 10 if args.quick else 30
