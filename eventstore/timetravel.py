@@ -796,7 +796,7 @@ def import_(
                 if fork_hash.hex() != m["fork_hash"]:
                     raise _conflict(prow.id, f"holds another history than the file's up to version {fv}")
             if existing is not None:
-                status, n = _merge_existing(store, tx, existing, b, parent_pk, new_blobs)
+                status, n = _merge_existing(store, tx, existing, b, parent_pk, codec, new_blobs)
                 results.append(ImportResult(sid, status, n, max(existing.head, m["head"])))
                 done += len(b.events)
                 if progress is not None:
@@ -825,14 +825,14 @@ def import_(
                 state = m.get("baseline_state")
                 if not isinstance(state, dict):
                     raise _bad(b.line, f"session {sid!r} has a baseline but no baseline_state", "baseline_state")
-                _put_snapshot(storage, tx, new.pk, baseline, state, codec)
+                _put_snapshot(storage, tx, new.pk, baseline, state, codec, new_blobs)
             rows = [_with_pk(e, new.pk) for e in b.events]
             for chunk in storage.iter_chunks(rows, 500):
                 storage.insert_events(tx, chunk)
                 done += len(chunk)
                 if progress is not None:
                     progress(done, total)
-            _snapshot_runs(store, tx, new, rows, new_blobs)
+            _snapshot_runs(store, tx, new, rows, codec, new_blobs)
             storage.set_head(tx, new.pk, m["head"], bytes.fromhex(m["head_hash"]), m["head_turn"])
             results.append(ImportResult(sid, "created", len(rows), m["head"]))
     store._remember_blobs(new_blobs)
@@ -842,7 +842,12 @@ def import_(
 
 
 def _snapshot_runs(
-    store: EventStore, tx: Any, row: SessionRow, rows: Sequence[EventRow], new_blobs: set[bytes]
+    store: EventStore,
+    tx: Any,
+    row: SessionRow,
+    rows: Sequence[EventRow],
+    codec: SnapshotCodec,
+    new_blobs: set[bytes],
 ) -> None:
     """Write the periodic snapshots an append of these events would have written.
 
@@ -867,17 +872,26 @@ def _snapshot_runs(
                         state, [orjson.loads(r.payload) for r in run[pos - start : b - start]]
                     )
                     pos = b
-                    store._put_snapshot(tx, row.pk, b, state, new_blobs)
+                    _put_snapshot(store._storage, tx, row.pk, b, state, codec, new_blobs)
             run = []
         if e is not None:
             run.append(e)
 
 
 def _put_snapshot(
-    storage: Any, tx: Any, pk: int, version: int, state: Mapping[str, Any], codec: SnapshotCodec
+    storage: Any,
+    tx: Any,
+    pk: int,
+    version: int,
+    state: Mapping[str, Any],
+    codec: SnapshotCodec,
+    written: set[bytes],
 ) -> None:
     rest, digests, blobs = codec.encode(state)
-    storage.put_snapshot(tx, SnapshotRow(pk, version, REDUCER_VERSION, rest, digests), blobs)
+    # Only the messages this import has not stored yet: consecutive snapshots share most.
+    fresh = {d: body for d, body in blobs.items() if d not in written}
+    storage.put_snapshot(tx, SnapshotRow(pk, version, REDUCER_VERSION, rest, digests), fresh)
+    written.update(fresh)
 
 
 def _conflict(session: str, why: str) -> SessionExists:
@@ -901,6 +915,7 @@ def _merge_existing(
     row: SessionRow,
     b: _Block,
     parent_pk: int | None,
+    codec: SnapshotCodec,
     new_blobs: set[bytes],
 ) -> tuple[str, int]:
     """Leave an existing session alone or extend it; refuse a different history."""
@@ -929,7 +944,7 @@ def _merge_existing(
     if not rows or rows[0].version != row.head + 1:
         raise _conflict(row.id, "holds another history than the file's")
     storage.insert_events(tx, rows)
-    _snapshot_runs(store, tx, row, rows, new_blobs)
+    _snapshot_runs(store, tx, row, rows, codec, new_blobs)
     storage.set_head(tx, row.pk, m["head"], bytes.fromhex(m["head_hash"]), m["head_turn"])
     return "extended", len(rows)
 
