@@ -25,6 +25,7 @@ and the previous hash and refuses the whole file on the first mismatch.
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -431,7 +432,9 @@ def compact_all(
 # -- export / import --------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=1024)
 def _iso(micros: int) -> str:
+    # Cached: a batch's events share one timestamp, so most calls are repeats.
     return to_datetime(micros).isoformat().replace("+00:00", "Z")
 
 
