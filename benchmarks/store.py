@@ -70,9 +70,7 @@ def _median_time(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> float:
     return statistics.median(samples)
 
 
-def _paired(
-    raw: Callable[[], Any], ours: Callable[[], Any], repeats: int
-) -> tuple[float, float]:
+def _paired(raw: Callable[[], Any], ours: Callable[[], Any], repeats: int) -> tuple[float, float]:
     """Median times of two workloads run alternately, so both see the same machine state."""
     raw()
     ours()
@@ -361,7 +359,9 @@ def _session_figures(
             with EventStore(url, snapshot_every=every) as store:
                 head = len(actions)
                 assert store.load(sid).to_json() == fold_json(None, actions)
-                t_raw, t_head = _paired(lambda: raw.load(sid), lambda: store.load(sid), args.load_repeats)
+                t_raw, t_head = _paired(
+                    lambda: raw.load(sid), lambda: store.load(sid), args.load_repeats
+                )
                 state = fold_json(None, actions)
                 blob = orjson.dumps(state)
                 t_decode = _median_time(lambda: orjson.loads(blob), args.load_repeats, warmup=1)
@@ -394,7 +394,9 @@ def _session_figures(
             }
     bt = out["by_turns"]
     out["load_growth_200_50"] = bt["200"]["load_head_ms"] / bt["50"]["load_head_ms"]
-    out["bytes_growth_200_10"] = bt["200"]["ours_bytes_per_event"] / bt["10"]["ours_bytes_per_event"]
+    out["bytes_growth_200_10"] = (
+        bt["200"]["ours_bytes_per_event"] / bt["10"]["ours_bytes_per_event"]
+    )
     return out
 
 
@@ -434,7 +436,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 with psycopg.connect(_psycopg_dsn(args.pg_url)) as c:
                     results["postgres_version"] = c.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
                     results["postgres_fsync"] = c.execute("SHOW fsync").fetchone()[0]  # type: ignore[index]
-                    results["postgres_sync_commit"] = c.execute("SHOW synchronous_commit").fetchone()[0]  # type: ignore[index]
+                    results["postgres_sync_commit"] = c.execute(
+                        "SHOW synchronous_commit"
+                    ).fetchone()[0]  # type: ignore[index]
             else:
                 results["sqlite_version"] = sqlite3.sqlite_version
             results["backends"][backend] = _backend_run(backend, url, raw, args, rng)
@@ -447,16 +451,41 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def _targets(r: dict[str, Any]) -> list[tuple[str, str, bool]]:
     d = r["default"]["by_turns"]
     return [
-        ("append 1 event/txn ≥ 0.8× raw", f"{r['append_event']['throughput_ratio']:.2f}×", r["append_event"]["throughput_ratio"] >= 0.8),
-        ("append 1 turn/txn ≥ 1.0× raw executemany", f"{r['append_turn']['throughput_ratio']:.2f}×", r["append_turn"]["throughput_ratio"] >= 1.0),
-        ("load head T=200 ÷ T=50 ≤ 1.5", f"{r['default']['load_growth_200_50']:.2f}", r["default"]["load_growth_200_50"] <= 1.5),
-        ("load head ≤ 0.25× raw fetch+fold (T=50)", f"{d['50']['load_vs_raw']:.3f}×", d["50"]["load_vs_raw"] <= 0.25),
-        ("bytes/event ≤ 1.5× bare (T=200)", f"{d['200']['size_ratio']:.2f}×", d["200"]["size_ratio"] <= 1.5),
-        ("bytes/event T=200 ÷ T=10 ≤ 1.2", f"{r['default']['bytes_growth_200_10']:.2f}", r["default"]["bytes_growth_200_10"] <= 1.2),
+        (
+            "append 1 event/txn ≥ 0.8× raw",
+            f"{r['append_event']['throughput_ratio']:.2f}×",
+            r["append_event"]["throughput_ratio"] >= 0.8,
+        ),
+        (
+            "append 1 turn/txn ≥ 1.0× raw executemany",
+            f"{r['append_turn']['throughput_ratio']:.2f}×",
+            r["append_turn"]["throughput_ratio"] >= 1.0,
+        ),
+        (
+            "load head T=200 ÷ T=50 ≤ 1.5",
+            f"{r['default']['load_growth_200_50']:.2f}",
+            r["default"]["load_growth_200_50"] <= 1.5,
+        ),
+        (
+            "load head ≤ 0.25× raw fetch+fold (T=50)",
+            f"{d['50']['load_vs_raw']:.3f}×",
+            d["50"]["load_vs_raw"] <= 0.25,
+        ),
+        (
+            "bytes/event ≤ 1.5× bare (T=200)",
+            f"{d['200']['size_ratio']:.2f}×",
+            d["200"]["size_ratio"] <= 1.5,
+        ),
+        (
+            "bytes/event T=200 ÷ T=10 ≤ 1.2",
+            f"{r['default']['bytes_growth_200_10']:.2f}",
+            r["default"]["bytes_growth_200_10"] <= 1.2,
+        ),
         (
             f"old version: ≤ 1 snapshot + < {r['default']['snapshot_every']} events",
             f"{d['200']['old_snapshot_reads_per_load']:.2f} snapshot, ≤ {d['200']['old_events_folded_max']} events",
-            d["200"]["old_snapshot_reads_per_load"] <= 1 and d["200"]["old_events_folded_max"] < r["default"]["snapshot_every"],
+            d["200"]["old_snapshot_reads_per_load"] <= 1
+            and d["200"]["old_events_folded_max"] < r["default"]["snapshot_every"],
         ),
     ]
 
@@ -490,7 +519,9 @@ def render(res: dict[str, Any], command: str) -> str:
             "| target | measured | met |",
             "|---|---:|:---:|",
         ]
-        lines += [f"| {name} | {val} | {'yes' if ok else '**no**'} |" for name, val, ok in _targets(r)]
+        lines += [
+            f"| {name} | {val} | {'yes' if ok else '**no**'} |" for name, val, ok in _targets(r)
+        ]
         ae, at = r["append_event"], r["append_turn"]
         lines += [
             "",
@@ -563,7 +594,9 @@ def _record(section: str, path: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks store", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks store", description=__doc__.splitlines()[0]
+    )
     p.add_argument("--quick", action="store_true", help="fewer repeats and a smaller sweep")
     p.add_argument("--backends", default="postgresql,sqlite")
     p.add_argument("--pg-url", default=os.environ.get("EVENTSTORE_TEST_PG_URL"))
@@ -575,7 +608,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     args.snapshot_every = [int(x) for x in args.snapshot_every.split(",") if x]
     if "postgresql" in args.backends and not args.pg_url:
-        p.error("PostgreSQL needs --pg-url or EVENTSTORE_TEST_PG_URL (run under scripts/with-postgres)")
+        p.error(
+            "PostgreSQL needs --pg-url or EVENTSTORE_TEST_PG_URL (run under scripts/with-postgres)"
+        )
     args.repeats = 3 if args.quick else 7
     args.load_repeats = 5 if args.quick else 11
     args.each_events = 100 if args.quick else 300

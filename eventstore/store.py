@@ -760,9 +760,7 @@ class EventStore:
 
         return compact(self, session, upto, archive)
 
-    def compact_all(
-        self, *, keep_last_turns: int, progress: Any = None
-    ) -> list[CompactResult]:
+    def compact_all(self, *, keep_last_turns: int, progress: Any = None) -> list[CompactResult]:
         """Compact every session keeping its last N turns; see :func:`eventstore.timetravel.compact_all`."""
         from .timetravel import compact_all
 
@@ -834,7 +832,9 @@ class EventStore:
             # deleted events and cannot be checked against them).
             snaps: dict[int, SnapshotRow] = {}
             for seg in segs:
-                for s in st.list_snapshots(tx, seg.session_pk, after=max(seg.after, start), upto=seg.upto):
+                for s in st.list_snapshots(
+                    tx, seg.session_pk, after=max(seg.after, start), upto=seg.upto
+                ):
                     if s.reducer_version == REDUCER_VERSION:
                         snaps[s.version] = s
             expected = start + 1
@@ -842,7 +842,9 @@ class EventStore:
             for seg in segs:
                 lo = max(seg.after, start)
                 while lo < seg.upto:
-                    rows = st.read_events(tx, seg.session_pk, after=lo, upto=seg.upto, limit=_HISTORY_CHUNK)
+                    rows = st.read_events(
+                        tx, seg.session_pk, after=lo, upto=seg.upto, limit=_HISTORY_CHUNK
+                    )
                     if not rows:
                         break
                     for e in rows:
@@ -868,7 +870,9 @@ class EventStore:
                             metadata=e.metadata,
                         )
                         if h != e.hash:
-                            problems.append(f"{where}: hash mismatch (the event or its chain was altered)")
+                            problems.append(
+                                f"{where}: hash mismatch (the event or its chain was altered)"
+                            )
                         prev = e.hash
                         checked += 1
                         try:
@@ -931,7 +935,9 @@ class EventStore:
         if event_ids is None:
             return None
         if isinstance(event_ids, (str, bytes)):
-            raise InvalidEvent("event_ids must be a list of strings, one per action", field="event_ids")
+            raise InvalidEvent(
+                "event_ids must be a list of strings, one per action", field="event_ids"
+            )
         ids = tuple(event_ids)
         if len(ids) != n:
             raise InvalidEvent(
@@ -986,7 +992,9 @@ class EventStore:
         payloads: list[bytes] = []
         for seg in segs:
             if seg.upto > base:
-                payloads += st.read_payloads(tx, seg.session_pk, after=max(seg.after, base), upto=seg.upto)
+                payloads += st.read_payloads(
+                    tx, seg.session_pk, after=max(seg.after, base), upto=seg.upto
+                )
         if len(payloads) != version - base:
             raise StorageError(
                 f"session {row.id!r}: events {base + 1}..{version} are incomplete "

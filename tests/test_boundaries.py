@@ -55,7 +55,14 @@ def _offenders(files: list[Path], forbidden: tuple[str, ...]) -> list[str]:
 def test_pure_layers_import_no_storage(module: str) -> None:
     path = PKG / f"{module}.py"
     assert path.is_file()
-    forbidden = ("eventstore.storage", "eventstore.store", "eventstore.codec", "sqlalchemy", "psycopg", "sqlite3")
+    forbidden = (
+        "eventstore.storage",
+        "eventstore.store",
+        "eventstore.codec",
+        "sqlalchemy",
+        "psycopg",
+        "sqlite3",
+    )
     assert _offenders([path], forbidden) == []
 
 
@@ -91,7 +98,13 @@ def test_cli_uses_only_public_eventstore_names() -> None:
     for f in sorted((ROOT / "cli").rglob("*.py")):
         for mod, names in _imports(f):
             if mod == "eventstore":
-                bad += [f"{f.relative_to(ROOT)}: eventstore.{n} is not public" for n in names if n not in public]
+                bad += [
+                    f"{f.relative_to(ROOT)}: eventstore.{n} is not public"
+                    for n in names
+                    if n not in public
+                ]
             elif mod.startswith("eventstore."):
-                bad.append(f"{f.relative_to(ROOT)} imports {mod} (use `from eventstore import ...`)")
+                bad.append(
+                    f"{f.relative_to(ROOT)} imports {mod} (use `from eventstore import ...`)"
+                )
     assert bad == []

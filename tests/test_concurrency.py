@@ -30,7 +30,9 @@ def _writer(url: str, session: str, worker: int, n: int, check: bool) -> list[tu
             action = {"type": "send", "id": msg_id, "text": "x"}
             while True:
                 try:
-                    r = store.append(session, [action], expected_version=expected if check else None)
+                    r = store.append(
+                        session, [action], expected_version=expected if check else None
+                    )
                 except ConcurrencyError as exc:
                     assert check
                     expected = exc.actual

@@ -46,7 +46,9 @@ def test_raw_update_and_delete_are_refused_by_the_database(
     assert store.verify("s1").ok
 
 
-def test_truncate_is_refused_on_postgresql(store: EventStore, raw_engine: Engine, backend: str) -> None:
+def test_truncate_is_refused_on_postgresql(
+    store: EventStore, raw_engine: Engine, backend: str
+) -> None:
     _fill(store)
     if backend == "postgresql":
         with pytest.raises(DBAPIError, match="immutable"):
@@ -70,7 +72,9 @@ def test_a_forged_permit_outside_compaction_is_still_needed_per_session(
             pk = conn.execute(text("SELECT pk FROM sessions WHERE id = 'other'")).scalar()
             conn.execute(text("INSERT INTO compaction_permits VALUES (:pk, 1000)"), {"pk": pk})
             conn.execute(
-                text("DELETE FROM events WHERE session_pk = (SELECT pk FROM sessions WHERE id = 's1')")
+                text(
+                    "DELETE FROM events WHERE session_pk = (SELECT pk FROM sessions WHERE id = 's1')"
+                )
             )
     assert store.head("s1") == 40 and len(list(store.history("s1"))) == 40
 
@@ -110,7 +114,9 @@ def test_verify_is_ok_on_good_data_and_names_the_tampered_event(
         )
     report = store.verify("s1")
     assert not report.ok
-    assert report.problems == [f"session 's1' version 7: hash mismatch (the event or its chain was altered)"]
+    assert report.problems == [
+        "session 's1' version 7: hash mismatch (the event or its chain was altered)"
+    ]
     # The branch inherits version 7 and says so.
     branch_report = store.verify("b")
     assert len(branch_report.problems) == 1
@@ -140,6 +146,11 @@ def test_verify_detects_a_snapshot_that_is_not_the_fold_of_its_events(
         _fill(store)
         assert store.verify("s1").snapshots == 4
         with raw_engine.begin() as conn:
-            conn.execute(text("UPDATE snapshots SET rest = :r WHERE version = 20"), {"r": b'{"status":"error"}'})
+            conn.execute(
+                text("UPDATE snapshots SET rest = :r WHERE version = 20"),
+                {"r": b'{"status":"error"}'},
+            )
         report = store.verify("s1")
-    assert report.problems == ["session 's1' version 20: snapshot differs from the fold of its events"]
+    assert report.problems == [
+        "session 's1' version 20: snapshot differs from the fold of its events"
+    ]

@@ -73,7 +73,16 @@ def test_migrate_works_from_an_installed_package(tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     py = venv / "bin" / "python"
     subprocess.run(
-        [str(py), "-m", "pip", "install", "-q", "--no-deps", "--disable-pip-version-check", str(REPO)],
+        [
+            str(py),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--disable-pip-version-check",
+            str(REPO),
+        ],
         check=True,
         timeout=300,
     )
@@ -81,7 +90,9 @@ def test_migrate_works_from_an_installed_package(tmp_path: Path) -> None:
     # venv's own (a .pth line adds a path; it does not run the editable install's hooks).
     site = subprocess.run(
         [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout.strip()
     deps = [p for p in sys.path if p.endswith("site-packages")]
     (Path(site) / "zz_test_deps.pth").write_text("\n".join(deps) + "\n")

@@ -70,7 +70,9 @@ def test_branches_of_branches(db_url: str) -> None:
             assert store.load("c", v).to_json() == fold_json(None, (b_line[:28] + c_extra)[:v])
         assert [e.session_id for e in store.history("c")] == ["s1"] * 20 + ["b"] * 8 + ["c"] * 8
         assert [e.session_id for e in store.history("d")] == ["s1"] * 12 + ["d"] * 8
-        assert [e.session_id for e in store.history("c", after=18, upto=30)] == ["s1"] * 2 + ["b"] * 8 + ["c"] * 2
+        assert [e.session_id for e in store.history("c", after=18, upto=30)] == ["s1"] * 2 + [
+            "b"
+        ] * 8 + ["c"] * 2
         info = {s.id: s for s in store.sessions()}
         assert (info["c"].parent, info["c"].fork_version) == ("b", 28)
         assert (info["d"].parent, info["d"].fork_version) == ("b", 12)
@@ -104,4 +106,3 @@ def test_branch_errors(store: EventStore) -> None:
     generated = store.branch("s1")
     assert generated.startswith("s1-") and store.head(generated) == 3
     assert len({store.branch("s1") for _ in range(5)}) == 5
-

@@ -52,7 +52,12 @@ def test_every_loadable_version_loads_the_same_after_compaction(
         before = {v: store.load("s1", v).to_json() for v in range(81)}
         assert store.verify("s1").ok
         rec = store._compact_storage("s1", cut)
-        assert (rec.baseline, rec.previous_baseline, rec.deleted, rec.kept_for_branches) == (cut, 0, cut, None)
+        assert (rec.baseline, rec.previous_baseline, rec.deleted, rec.kept_for_branches) == (
+            cut,
+            0,
+            cut,
+            None,
+        )
         assert _count_events(raw_engine, "s1") == 80 - cut
         for v in range(81):
             if v < cut:
@@ -84,7 +89,10 @@ def test_compaction_keeps_what_branches_read(db_url: str, raw_engine: Engine) ->
         store.branch("s1", at=20, new_id="early")
         store.append("early", [{"type": "retry"}, {"type": "stop"}])
         store.branch("early", at=10, new_id="grand")
-        branches = {b: {v: store.load(b, v).to_json() for v in range(store.head(b) + 1)} for b in ("early", "grand")}
+        branches = {
+            b: {v: store.load(b, v).to_json() for v in range(store.head(b) + 1)}
+            for b in ("early", "grand")
+        }
         rec = store._compact_storage("s1", 45)
         assert rec.kept_for_branches == 20 and rec.deleted == 25
         assert _count_events(raw_engine, "s1") == 60 - 25

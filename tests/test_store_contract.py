@@ -26,7 +26,9 @@ from eventstore.store import EventStore
 SEND = {"type": "send", "id": "u-1", "text": "hello"}
 
 
-def _append_in_batches(store: EventStore, session: str, actions: list[dict[str, Any]], seed: int) -> None:
+def _append_in_batches(
+    store: EventStore, session: str, actions: list[dict[str, Any]], seed: int
+) -> None:
     rng = random.Random(seed)
     i = 0
     while i < len(actions):
@@ -132,7 +134,9 @@ def test_same_event_id_with_other_content_raises(store: EventStore) -> None:
     with pytest.raises(EventIdConflict):
         store.append("s1", [SEND, {"type": "stop"}], event_ids=["a", "b"], metadata={"m": 2})
     with pytest.raises(InvalidEvent):  # partly recorded: not a retry of one batch
-        store.append("s1", [{"type": "stop"}, {"type": "retry"}], event_ids=["b", "z"], metadata={"m": 1})
+        store.append(
+            "s1", [{"type": "stop"}, {"type": "retry"}], event_ids=["b", "z"], metadata={"m": 1}
+        )
     assert _snapshot(store, "s1") == before
 
 

@@ -341,7 +341,9 @@ class Storage(ABC):
         """
 
     @abstractmethod
-    def list_snapshots(self, tx: Tx, session_pk: int, *, after: int, upto: int) -> list[SnapshotRow]:
+    def list_snapshots(
+        self, tx: Tx, session_pk: int, *, after: int, upto: int
+    ) -> list[SnapshotRow]:
         """The snapshots of one session with ``after < version <= upto``."""
 
     @abstractmethod

@@ -96,10 +96,13 @@ SELECT count(*) FROM ins
 """
 
 # The same without the snapshot parts, for the (most frequent) batches that reach none.
-_APPEND_FAST_NO_SNAPSHOT = _APPEND_FAST[: _APPEND_FAST.index("), blobs AS (")] + """
+_APPEND_FAST_NO_SNAPSHOT = (
+    _APPEND_FAST[: _APPEND_FAST.index("), blobs AS (")]
+    + """
 )
 SELECT count(*) FROM ins
 """
+)
 
 _RETRYABLE = (
     psycopg.errors.SerializationFailure,

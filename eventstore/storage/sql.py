@@ -526,7 +526,12 @@ class SqlStorage(Storage):
         desc: bool = False,
     ) -> list[EventRow]:
         q = self._q_read_desc if desc else self._q_read_asc
-        params = {"pk": session_pk, "after": after, "upto": upto, "lim": _NO_LIMIT if limit is None else limit}
+        params = {
+            "pk": session_pk,
+            "after": after,
+            "upto": upto,
+            "lim": _NO_LIMIT if limit is None else limit,
+        }
         return [_event(r) for r in self._fetchall(tx, q, params)]
 
     def read_payloads(self, tx: Tx, session_pk: int, *, after: int, upto: int) -> list[bytes]:
@@ -591,8 +596,12 @@ class SqlStorage(Storage):
         r = self._fetchone(tx, self._latest_query(len(segments), len(baselines)), params)
         return None if r is None else _snapshot(r)
 
-    def list_snapshots(self, tx: Tx, session_pk: int, *, after: int, upto: int) -> list[SnapshotRow]:
-        rows = self._fetchall(tx, self._q_snapshots, {"pk": session_pk, "after": after, "upto": upto})
+    def list_snapshots(
+        self, tx: Tx, session_pk: int, *, after: int, upto: int
+    ) -> list[SnapshotRow]:
+        rows = self._fetchall(
+            tx, self._q_snapshots, {"pk": session_pk, "after": after, "upto": upto}
+        )
         return [_snapshot(r) for r in rows]
 
     def put_snapshot(self, tx: Tx, snap: SnapshotRow, blobs: Mapping[bytes, bytes]) -> None:
@@ -628,7 +637,9 @@ class SqlStorage(Storage):
             # Pad to a power of two so that only a handful of statement shapes exist.
             n = 1 << max(0, len(chunk) - 1).bit_length()
             padded = list(chunk) + [chunk[0]] * (n - len(chunk))
-            rows = self._fetchall(tx, self._blobs_query(n), {f"d{i}": d for i, d in enumerate(padded)})
+            rows = self._fetchall(
+                tx, self._blobs_query(n), {f"d{i}": d for i, d in enumerate(padded)}
+            )
             for d, b in rows:
                 out[bytes(d)] = bytes(b)
         return out
