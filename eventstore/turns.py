@@ -175,16 +175,14 @@ def _row(
     )
     status = str(state.get("status", "idle"))
     err = state.get("error")
-    stopped = any(
-        e.type == "stop"
-        or (
-            e.type == "part"
-            and not e.action.get("within")
-            and e.action.get("part", {}).get("type") == "finish"
-            and e.action.get("part", {}).get("reason") == "aborted"
-        )
-        for e in events
-    )
+    # "stopped" only when the turn's last run ended by a stop (a retry after it starts over).
+    stopped = False
+    for e in events:
+        part = e.action.get("part", {}) if e.type == "part" and not e.action.get("within") else {}
+        if e.type == "stop" or (part.get("type") == "finish" and part.get("reason") == "aborted"):
+            stopped = True
+        elif e.type in ("retry", "send") or part.get("type") in ("finish", "error"):
+            stopped = False
     outcome = "stopped" if status == "idle" and stopped else status
     actors: list[str] = []
     for e in events:

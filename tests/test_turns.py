@@ -74,3 +74,17 @@ def test_history_starting_at_a_baseline_marks_the_first_turn_partial() -> None:
     full = build_turns(evs)
     assert rows[0].partial and not rows[1].partial
     assert rows[0].tools == full[0].tools and rows[1] == full[1]
+
+
+def test_a_retry_after_a_stop_is_not_stopped() -> None:
+    acts = [
+        {"type": "send", "id": "u-1", "text": "hello"},
+        {"type": "stop"},
+        {"type": "retry"},
+        {"type": "part", "part": {"type": "message-start", "messageId": "a-1"}},
+        {"type": "part", "part": {"type": "finish", "reason": "stop"}},
+        {"type": "send", "id": "u-2", "text": "again"},
+        {"type": "part", "part": {"type": "finish", "reason": "aborted"}},
+    ]
+    rows = build_turns(events(acts))
+    assert [(r.outcome, r.retries) for r in rows] == [("idle", 1), ("stopped", 0)]
