@@ -361,3 +361,25 @@ def test_the_one_statement_append_leaves_pooled_connections_transactional(pg_sch
             assert conn.connection.driver_connection.autocommit is False
         store.branch("s1", at=1, new_id="b")  # a locked, multi-statement transaction still works
         assert store.head("b") == 1 and store.verify().ok
+
+
+def test_a_busy_sqlite_file_is_a_retryable_storage_error_after_busy_timeout(tmp_path: Any) -> None:
+    import sqlite3
+    import time
+
+    path = tmp_path / "busy.db"
+    with make_store(f"sqlite:///{path}", busy_timeout_ms=200) as store:
+        store.append("s1", [SEND])
+        holder = sqlite3.connect(path, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+        try:
+            t0 = time.perf_counter()
+            with pytest.raises(StorageError) as err:
+                store.append("s1", [SEND])
+            assert time.perf_counter() - t0 >= 0.15  # it waited through busy_timeout first
+            assert err.value.retryable and "try again" in str(err.value)
+            assert store.head("s1") == 1  # reads are not blocked by a writer (WAL)
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        assert store.append("s1", [SEND]).version == 2
