@@ -103,6 +103,10 @@ def test_history_json_and_turns(run: Run, demo_db: Path) -> None:
     assert {"session", "version", "event_id", "type", "action", "turn", "recorded_at", "actor", "metadata"} <= set(e)
     assert e["recorded_at"].endswith("Z") and e["actor"] == "tester" and e["type"] == "send"
     assert len(js(run("history", "s@10", "--json"))) == 10
+    assert [e["version"] for e in js(run("history", "s", "--from", "5", "-n", "3", "--json"))] == [6, 7, 8]
+    assert [e["version"] for e in js(run("history", "s@40", "-n", "2", "--last", "--json"))] == [39, 40]
+    run("history", "s", "--last", code=2)
+    run("history", "s", "--turns", "-n", "2", code=2)
     turns = js(run("history", "s", "--turns", "--json"))
     assert [t["turn"] for t in turns] == [1, 2]
     assert turns[1]["retries"] == 1 and turns[1]["outcome"] == "idle"

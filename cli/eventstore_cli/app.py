@@ -309,16 +309,25 @@ def history(
     turns: bool = typer.Option(
         False, "--turns", "-t", help="One row per turn: who, when, user text, tools, outcome."
     ),
+    after: int | None = typer.Option(None, "--from", min=0, help="Only events after this version."),
+    limit: int | None = typer.Option(None, "--limit", "-n", min=0, help="At most this many events."),
+    last: bool = typer.Option(False, "--last", help="With --limit: the newest events instead of the oldest."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Show the event log of a session, oldest first.
 
     A branch's history includes the prefix it inherited; the BY column names the session
-    that recorded an inherited event. With --turns, one row per turn instead: actor,
-    start and end time, the user's text, the assistant's reply (shortened), the tool calls
-    with their final states, the outcome (idle / error / stopped) and retries.
+    that recorded an inherited event. After a compaction the log starts at the baseline.
+    --from, --limit and --last page through a long log (`history s1 -n 20 --last`: the
+    newest 20 events). With --turns, one row per turn instead: actor, start and end time,
+    the user's text, the assistant's reply (shortened), the tool calls with their final
+    states, the outcome (idle / error / stopped) and retries.
     """
     session, version = parse_ref(ref)
+    if turns and (after is not None or limit is not None or last):
+        usage("--turns shows every turn; it takes no --from, --limit or --last")
+    if last and limit is None:
+        usage("--last needs --limit N")
     with open_store(ctx) as store:
         if turns:
             rows = store.turns(session, upto=version)
@@ -328,9 +337,9 @@ def history(
                 out = _out()
                 out.print(render.turns_view(rows, session, width=out.width))
             return
-        events = list(
-            store.history(session) if version is None else store.history(session, upto=version)
-        )
+        events = list(store.history(session, after=after, upto=version, limit=limit, desc=last))
+    if last:
+        events.reverse()  # shown oldest first either way
     if as_json:
         print_json([_event_json(e) for e in events])
     else:
