@@ -179,7 +179,7 @@ def test_turn_view_from_the_store(tt: EventStore) -> None:
 # -- compaction -------------------------------------------------------------------------
 
 
-@settings(max_examples=4)
+@settings(max_examples=8)
 @given(data=st.data())
 def test_compaction_keeps_every_loadable_version_and_every_branch(tt: EventStore, data: st.DataObject) -> None:
     sid = uid("c")
