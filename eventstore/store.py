@@ -15,6 +15,15 @@ snapshot inside them (made by this reducer version, or a compaction baseline); f
 events after it with the trusted fast fold. Snapshots are written every
 ``snapshot_every`` versions in the transaction of the append that reaches them, so a
 load folds fewer than ``snapshot_every`` events.
+
+How an append is written: everything is validated and encoded first. Then, when this
+process appended to the session last (it remembers the head row, hash included), the
+*optimistic* path writes the events, moves the head only if it is still the remembered
+one, and stores any snapshot due — on PostgreSQL as one statement in one round trip. If
+the head had moved (another writer), or nothing is remembered, the *locked* path runs:
+lock the session row (``SELECT … FOR UPDATE`` / ``BEGIN IMMEDIATE``), create the session
+if needed, check event ids and ``expected_version``, insert, move the head, snapshot.
+Either way a batch is atomic and appends to one session are serialised by its row.
 """
 
 from __future__ import annotations
