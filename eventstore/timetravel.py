@@ -333,7 +333,8 @@ def compact(
 
     The archive, when given, is written completely *before* anything is deleted: it is a
     full export of the session (see :func:`export`), so ``import_`` restores the whole
-    history, e.g. into another database. Then, in one transaction, the state at ``upto``
+    history: into another database, or in place (putting the removed events back and
+    lowering the baseline again, as long as the session was not compacted further). Then, in one transaction, the state at ``upto``
     is stored as the baseline snapshot and the events it replaces are deleted, except
     those a branch still reads (at or below the newest fork version of any branch).
 
@@ -573,8 +574,10 @@ class ImportResult:
 
     Attributes:
         session: the session id.
-        status: ``"created"``, ``"extended"`` (it existed with a prefix of this history and
-            got the rest) or ``"present"`` (it already held all of it; nothing written).
+        status: ``"created"``; ``"extended"`` (it existed with a prefix of this history and
+            got the rest); ``"restored"`` (it had been compacted, and the file — its archive
+            — put the removed events back and lowered the baseline); or ``"present"`` (it
+            already held all of it; nothing written).
         events: events written.
         head: the session's head after the import.
     """
@@ -754,8 +757,9 @@ def import_(
     Every event keeps its id, version, timestamp, actor, metadata and hash. The whole
     file is parsed and its hash chains recomputed before anything is written; then all
     of it is written in one transaction. A session that already exists is left alone
-    when it holds the same history (``present``) or extended when it holds a prefix of
-    it (``extended``); any other difference refuses the import.
+    when it holds the same history (``present``), extended when it holds a prefix of it
+    (``extended``), and a compacted session gets back the events its archive holds and
+    its earlier baseline (``restored``); any other difference refuses the import.
 
     Args:
         store: the event store.
@@ -941,15 +945,69 @@ def _merge_existing(
         ours = None
     if theirs is None or ours is None or theirs != ours:
         raise _conflict(row.id, "holds another history than the file's")
+    restored = 0
+    if row.baseline > m["baseline"]:
+        restored = _restore_prefix(store, tx, row, b, codec, new_blobs)
     if m["head"] <= row.head:
-        return "present", 0
+        return ("restored" if restored or row.baseline > m["baseline"] else "present"), restored
     rows = [_with_pk(e, row.pk) for e in b.events if e.version > row.head]
     if not rows or rows[0].version != row.head + 1:
         raise _conflict(row.id, "holds another history than the file's")
     storage.insert_events(tx, rows)
     _snapshot_runs(store, tx, row, rows, codec, new_blobs)
     storage.set_head(tx, row.pk, m["head"], bytes.fromhex(m["head_hash"]), m["head_turn"])
-    return "extended", len(rows)
+    return "extended", len(rows) + restored
+
+
+def _restore_prefix(
+    store: EventStore,
+    tx: Any,
+    row: SessionRow,
+    b: _Block,
+    codec: SnapshotCodec,
+    new_blobs: set[bytes],
+) -> int:
+    """Undo a compaction from an archive: put back the events the file holds below the
+    session's baseline and lower the baseline to the file's.
+
+    The file's chain must reach the session's baseline with the very hash the session
+    restarts from, so the restored events are exactly the ones compaction removed.
+
+    Returns:
+        the number of events put back.
+    """
+    m = b.meta
+    storage = store._storage
+    fork = row.fork_version or 0
+    bl = row.baseline
+    mine = {e.version: e for e in b.events}
+    # Below the fork the events are the parent's (restored with the parent's block).
+    if bl > fork and (bl not in mine or mine[bl].hash != row.baseline_hash):
+        raise _conflict(
+            row.id, f"was compacted up to version {bl}, and the file does not lead to that state"
+        )
+    present = {e.version for e in storage.read_events(tx, row.pk, after=fork, upto=bl)}
+    back = [_with_pk(e, row.pk) for e in b.events if e.version <= bl and e.version not in present]
+    for chunk in storage.iter_chunks(back, 500):
+        storage.insert_events(tx, chunk)
+    new_baseline = m["baseline"]
+    if new_baseline > fork:
+        state = m.get("baseline_state")
+        if not isinstance(state, dict):
+            raise _bad(b.line, f"session {row.id!r} has a baseline but no baseline_state", "baseline_state")
+        _put_snapshot(storage, tx, row.pk, new_baseline, state, codec, new_blobs)
+    # The compaction primitive is also how a baseline moves down: with keep_upto at the
+    # head it deletes nothing, and only the baseline columns change.
+    storage.compact(
+        tx,
+        row.pk,
+        upto=new_baseline,
+        keep_upto=row.head,
+        baseline_hash=bytes.fromhex(m["baseline_hash"]) if new_baseline else ZERO_HASH,
+        baseline_turn=m["baseline_turn"],
+    )
+    _snapshot_runs(store, tx, row, back, codec, new_blobs)
+    return len(back)
 
 
 def export_bytes(store: EventStore, session: str) -> bytes:

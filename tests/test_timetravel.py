@@ -215,6 +215,27 @@ def test_compaction_keeps_every_loadable_version_and_every_branch(tt: EventStore
         tt.compact(sid, upto=cut)
 
 
+@settings(max_examples=6)
+@given(data=st.data())
+def test_an_archive_undoes_its_compaction_in_place(tt: EventStore, data: st.DataObject) -> None:
+    sid = uid("u")
+    n = 25
+    record(tt, sid, random_actions(random.Random(data.draw(st.integers(0, 10_000))), n))
+    fork = data.draw(st.integers(0, n), label="fork")
+    br = tt.branch(sid, at=fork, new_id=uid("ub"))
+    record(tt, br, random_actions(random.Random(3), 2))
+    cut = data.draw(st.integers(1, n), label="cut")
+    before = [state(tt, sid, v) for v in range(n + 1)]
+    full = hashes(tt, sid)
+    buf = io.StringIO()
+    tt.compact(sid, upto=cut, archive=buf)
+    res = tt.import_(io.StringIO(buf.getvalue()))
+    assert [r.status for r in res] == ["restored"]
+    assert hashes(tt, sid) == full
+    assert [state(tt, sid, v) for v in range(n + 1)] == before
+    assert tt.verify(sid).ok and tt.verify(br).ok
+
+
 def test_archive_then_import_restores_the_full_history(tt: EventStore, tmp_path: Path) -> None:
     record(tt, "arch", demo_conversation())
     tt.branch("arch", at=20, new_id="arch-b")
@@ -231,9 +252,16 @@ def test_archive_then_import_restores_the_full_history(tt: EventStore, tmp_path:
         assert hashes(other, "arch") == full
         assert [state(other, "arch", v) for v in range(len(states))] == states
         assert other.verify("arch").ok
-    # Importing the archive where the session lives (compacted) writes nothing.
+    # Importing the archive where the session lives undoes the compaction in place.
+    with pytest.raises(CompactedError):
+        tt.load("arch", version=39)
     again = tt.import_(archive.open(encoding="utf-8"))
-    assert [x.status for x in again] == ["present"]
+    assert [x.status for x in again] == ["restored"]
+    assert again[0].events == 40 - 20  # events 21..40 came back; 1..20 stayed for the branch
+    assert hashes(tt, "arch") == full
+    assert [state(tt, "arch", v) for v in range(len(states))] == states
+    assert tt.verify("arch").ok and tt.verify("arch-b").ok
+    assert [x.status for x in tt.import_(archive.open(encoding="utf-8"))] == ["present"]
 
 
 def test_compact_all_keeps_the_last_turns(tt: EventStore) -> None:

@@ -447,8 +447,9 @@ def compact(
 
     After `compact S --upto V`, loading S below V fails with a message naming the
     baseline; V and later load exactly as before, and every branch made earlier keeps
-    working. With --archive the events are first written to FILE, which
-    `eventstore import FILE` restores (into another database, for instance).
+    working. With --archive the session is first written to FILE, which
+    `eventstore import FILE` restores: in place (undoing the compaction) or into
+    another database.
 
     Policy form: `compact --all --keep-last-turns N` keeps the last N turns of every
     session and compacts the rest.
