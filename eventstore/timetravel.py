@@ -787,7 +787,8 @@ def import_(
         for b in blocks:
             m = b.meta
             sid = m["id"]
-            existing = storage.get_session(tx, sid)
+            # Locked: an import that extends or restores a session serialises with its appends.
+            existing = storage.lock_session(tx, sid)
             parent_pk = None
             if m.get("parent"):
                 prow = storage.get_session(tx, m["parent"])
