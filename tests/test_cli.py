@@ -313,7 +313,7 @@ def test_demo_runs_twice_in_the_same_directory(tmp_path: Path) -> None:
 
 
 def test_the_cli_tour_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every command line of docs/cli-tour.md (pipelines included), in order, in a fresh dir.
+    """Every command line of the README's CLI tour (pipelines included), in order, in a fresh dir.
 
     In-process for speed; `echo '…' | eventstore …` feeds the echoed text on stdin.
     (README's own test runs the pasted tour as real subprocesses.)
@@ -321,7 +321,9 @@ def test_the_cli_tour_runs_as_written(tmp_path: Path, monkeypatch: pytest.Monkey
     import re
     import shlex
 
-    tour = (Path(__file__).resolve().parents[1] / "docs" / "cli-tour.md").read_text(encoding="utf-8")
+    from test_readme import cli_tour
+
+    tour = cli_tour()
     lines = [
         line
         for block in re.findall(r"```bash\n(.*?)```", tour, flags=re.S)

@@ -25,15 +25,22 @@ def test_python_examples_run(index: int, tmp_path: Path, monkeypatch: pytest.Mon
     exec(compile(code, f"README.md python block {index}", "exec"), {"__name__": "__readme__"})
 
 
+def cli_tour() -> str:
+    """The README's CLI tour: the text between the CLI-TOUR markers."""
+    start, end = "<!-- CLI-TOUR -->", "<!-- /CLI-TOUR -->"
+    assert start in README and end in README, "the README marks its CLI tour"
+    return README.split(start, 1)[1].split(end, 1)[0]
+
+
 def _tour_commands() -> list[tuple[str, bool]]:
     """The `eventstore ...` lines of the CLI tour, in order, each with whether its comment
     says it is meant to fail (`# fails: ...`)."""
-    tour = README.split("<!-- CLI-TOUR -->")[-1] if "<!-- CLI-TOUR -->" in README else README
+    tour = cli_tour()
     cmds = []
     for block in re.findall(r"```bash\n(.*?)```", tour, flags=re.S):
         for line in block.splitlines():
             cmd, _, comment = line.partition("  #")
-            if cmd.strip().startswith("eventstore "):
+            if cmd.strip().startswith(("eventstore ", "echo ")):
                 cmds.append((cmd.strip(), comment.strip().startswith("fails")))
     return cmds
 
