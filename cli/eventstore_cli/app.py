@@ -264,10 +264,12 @@ def append(
     actor: str | None = typer.Option(None, "--actor", help="Who recorded these events."),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Append actions (SPEC §1 shape) to a session as one atomic batch.
+    """Append chat actions to a session as one atomic batch.
 
-    Input is a JSON array of actions, a single action object, or JSON Lines. Nothing is
-    written when any action is malformed or the expected version does not match.
+    Input is a JSON array of actions, a single action object, or JSON Lines. An action is
+    one of send {"type":"send","id","text"}, part {"type":"part","part":{...},"within"?},
+    toolPhase {"type":"toolPhase","name","state","prompt"?}, stop, retry or reset. Nothing
+    is written when any action is malformed or the expected version does not match.
 
     Example: echo '{"type":"send","id":"u-1","text":"hi"}' | eventstore append s1 -
     """
@@ -357,7 +359,7 @@ def checkout(
     """Show the state of a session at a version (default: its head).
 
     Version 0 is the empty state. Versions below a compaction baseline are refused.
-    With --json, prints the state object exactly as SPEC §1 shapes it.
+    With --json, prints the state object: {"messages": [...], "status": ..., "error"?}.
     """
     session, version = _resolve_version(ref, at)
     with open_store(ctx) as store:
