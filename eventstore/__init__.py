@@ -24,6 +24,7 @@ from eventstore.errors import (
     EventIdConflict,
     EventStoreError,
     InvalidEvent,
+    InvalidState,
     SchemaError,
     SessionExists,
     SessionNotFound,
@@ -36,6 +37,7 @@ from eventstore.models import (
     parse_action,
     parse_action_json,
     parse_actions,
+    parse_state,
 )
 from eventstore.records import AppendResult, RecordedEvent, SessionInfo, VerifyReport
 from eventstore.reducer import (
@@ -74,6 +76,7 @@ __all__ = [
     "parse_action",
     "parse_actions",
     "parse_action_json",
+    "parse_state",
     "Action",
     "SessionState",
     "REDUCER_VERSION",
@@ -83,6 +86,7 @@ __all__ = [
     "EventStoreError",
     "InvalidEvent",
     "EventIdConflict",
+    "InvalidState",
     "ConcurrencyError",
     "SessionNotFound",
     "SessionExists",

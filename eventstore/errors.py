@@ -10,6 +10,7 @@ maps them in exactly one place and chains the original as ``__cause__``.
     EventStoreError
     ├── InvalidEvent            an action (or import line) is malformed; nothing was written
     │   └── EventIdConflict     an event id was reused with different content
+    ├── InvalidState            a state handed to the reducer is not a session state
     ├── ConcurrencyError        expected_version did not match the session head
     ├── SessionNotFound         no session with that id
     ├── SessionExists           a new session id (branch / import) is already taken
@@ -27,6 +28,7 @@ __all__ = [
     "EventStoreError",
     "InvalidEvent",
     "EventIdConflict",
+    "InvalidState",
     "ConcurrencyError",
     "SessionNotFound",
     "SessionExists",
@@ -88,6 +90,21 @@ class EventIdConflict(InvalidEvent):
         self.session = session
         self.event_id = event_id
         self.version = version
+
+
+class InvalidState(EventStoreError):
+    """A state passed to the reducer is not a valid session state.
+
+    Attributes:
+        field: dotted path of the offending field (``"messages.0.parts.1.state"``), or ``None``.
+        reason: what is wrong with it, without the location.
+    """
+
+    def __init__(self, reason: str, *, field: str | None = None) -> None:
+        where = f" (field '{field}')" if field else ""
+        super().__init__(f"invalid session state{where}: {reason}")
+        self.reason = reason
+        self.field = field
 
 
 class ConcurrencyError(EventStoreError):

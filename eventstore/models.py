@@ -37,7 +37,7 @@ from pydantic import (
 )
 from typing_extensions import NotRequired, TypedDict
 
-from .errors import InvalidEvent
+from .errors import InvalidEvent, InvalidState
 
 __all__ = [
     # state
@@ -75,6 +75,7 @@ __all__ = [
     "PART_TYPES",
     # parsing
     "parse_action",
+    "parse_state",
     "parse_actions",
     "parse_action_json",
     "check_json",
@@ -634,6 +635,24 @@ def parse_action(obj: Mapping[str, Any] | Action) -> Action:
             reason += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
         raise InvalidEvent(reason, field=field or None) from None
     return action
+
+
+def parse_state(obj: Mapping[str, Any] | SessionState) -> SessionState:
+    """Validate a session state (a SPEC §1 state object) into a :class:`SessionState`.
+
+    Raises:
+        InvalidState: when ``obj`` is not a valid state; ``field`` is the dotted location.
+    """
+    if isinstance(obj, SessionState):
+        return obj
+    if not isinstance(obj, Mapping):
+        raise InvalidState(f"a state must be a JSON object, got {_json_type(obj)}")
+    try:
+        return SessionState.model_validate(obj)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        field = ".".join(_loc_to_field(first["loc"], obj))
+        raise InvalidState(_reason(first, field), field=field or None) from None
 
 
 def parse_actions(actions: Iterable[Mapping[str, Any] | Action]) -> list[Action]:

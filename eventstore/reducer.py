@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
 from .errors import InvalidEvent
-from .models import Action, SessionState, _Wire, parse_action
+from .models import Action, SessionState, _Wire, parse_action, parse_state
 
 __all__ = [
     "REDUCER_VERSION",
@@ -531,7 +531,7 @@ def _state_dict(state: SessionState | Mapping[str, Any] | None) -> tuple[Session
     elif isinstance(state, SessionState):
         s = state
     else:
-        s = SessionState.model_validate(state)
+        s = parse_state(state)
     return s, s.to_json()
 
 

@@ -260,3 +260,17 @@ def test_state_is_frozen() -> None:
     s = SessionState.model_validate(STATE)
     with pytest.raises(ValidationError):
         s.status = "idle"  # type: ignore[misc]
+
+
+def test_a_malformed_state_raises_invalid_state_naming_the_field() -> None:
+    from eventstore import InvalidState, session_reducer
+
+    bad = {"messages": [{"id": "u-1", "role": "user", "parts": [{"type": "text", "text": 5}]}],
+           "status": "idle"}
+    with pytest.raises(InvalidState) as info:
+        session_reducer(bad, {"type": "stop"})
+    assert info.value.field is not None and info.value.field.startswith("messages.0.parts.0")
+    with pytest.raises(InvalidState):
+        session_reducer({"messages": [], "status": "paused"}, {"type": "stop"})
+    with pytest.raises(InvalidState):
+        session_reducer([], {"type": "stop"})  # type: ignore[arg-type]
