@@ -572,6 +572,29 @@ def _loc_to_field(loc: tuple[int | str, ...], obj: Mapping[str, Any]) -> tuple[s
     return tuple(items)
 
 
+def _data_path(loc: tuple[int | str, ...], obj: Any) -> list[str]:
+    """The part of an error location that exists in the data: union tags are dropped.
+
+    Pydantic puts the discriminator value of a tagged union into the location
+    (``parts.0.text.text`` for the ``text`` field of a ``text`` part); it names no data.
+    """
+    path: list[str] = []
+    node, tag_skipped = obj, False
+    for key in loc:
+        if isinstance(node, Mapping) and not tag_skipped and node.get("type") == key:
+            tag_skipped = True
+            continue
+        path.append(str(key))
+        if isinstance(node, Mapping) and key in node:
+            node = node[key]
+        elif isinstance(node, list) and isinstance(key, int) and 0 <= key < len(node):
+            node = node[key]
+        else:
+            node = None
+        tag_skipped = False
+    return path
+
+
 def _reason(err: Mapping[str, Any], field: str) -> str:
     kind = err["type"]
     got = err.get("input")
@@ -651,7 +674,7 @@ def parse_state(obj: Mapping[str, Any] | SessionState) -> SessionState:
         return SessionState.model_validate(obj)
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
-        field = ".".join(_loc_to_field(first["loc"], obj))
+        field = ".".join(_data_path(first["loc"], obj))
         raise InvalidState(_reason(first, field), field=field or None) from None
 
 
