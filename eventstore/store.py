@@ -99,7 +99,7 @@ _HISTORY_CHUNK = 1000
 _STATE_CACHE = 32
 _HEADS_CACHE = 4096
 _CONTROL = re.compile("[\x00-\x1f\x7f]")
-_KNOWN_BLOBS_MAX = 1_000_000
+_KNOWN_BLOBS_MAX = 200_000  # ~20 MB of digests at most; forgetting only costs a re-send
 
 
 def _now_micros() -> int:
