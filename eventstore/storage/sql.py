@@ -161,9 +161,14 @@ class ErrorKind(enum.Enum):
 def mask_url(url: str) -> str:
     """The URL with its password replaced by ``***`` (safe to put in a message)."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        u = make_url(url)
+        # libpq also takes secrets as URI parameters (?password=..., ?sslpassword=...).
+        secret = {k: "***" for k in u.query if k.lower() in ("password", "sslpassword")}
+        if secret:
+            u = u.update_query_dict(secret)
+        return u.render_as_string(hide_password=True)
     except Exception:  # noqa: BLE001 - an unparsable URL is shown without its userinfo
-        return url.split("@")[-1]
+        return url.split("@")[-1].split("?")[0]
 
 
 def _session(r: Any) -> SessionRow:
