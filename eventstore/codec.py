@@ -196,6 +196,13 @@ class SnapshotCodec:
         return state
 
     @staticmethod
+    def decode_joined(rest: bytes, joined: bytes) -> dict[str, Any]:
+        """:meth:`decode` of bodies already joined by commas (in order, no brackets)."""
+        state: dict[str, Any] = {"messages": orjson.loads(b"[" + joined + b"]")}
+        state.update(orjson.loads(rest))
+        return state
+
+    @staticmethod
     def body_digest(body: bytes) -> bytes:
         """The digest a blob body is stored under."""
         return hashlib.sha256(body).digest()[:DIGEST_SIZE]

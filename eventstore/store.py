@@ -37,6 +37,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
+import orjson
+
 from .codec import (
     SnapshotCodec,
     chain_hash,
@@ -77,7 +79,7 @@ from .storage import (
     Storage,
     open_storage,
 )
-from .storage.base import EventIdRace, Tx
+from .storage.base import EventIdRace, LoadParts, Tx
 from .storage.migrate import HEAD_REVISION
 
 from typing import TYPE_CHECKING  # noqa: E402 - time travel's types, for the methods below
@@ -540,6 +542,17 @@ class EventStore:
             VersionNotFound: ``version`` is negative or beyond the head.
             CompactedError: ``version`` lies below the session's compaction baseline.
         """
+        if version is None or (type(version) is int and 0 < version < 2**31):
+            # One round trip for a root session (PostgreSQL); branches and backends
+            # without the statement take the general path below.
+            self._check_id(session, "session")
+            parts = self._storage.load_parts(session, version, REDUCER_VERSION)
+            if parts is not None:
+                if parts.row is None:
+                    raise SessionNotFound(session)
+                v = self._check_version(parts.row, version)
+                if parts.complete:
+                    return SessionState.from_trusted(self._state_from_parts(parts, v))
         with self._storage.read() as tx:
             row = self._row(tx, session)
             v = self._check_version(row, version)
@@ -1022,6 +1035,26 @@ class EventStore:
                 "run `eventstore verify`"
             ) from None
         return self._codec.decode(snap.rest, ordered)
+
+    def _state_from_parts(self, parts: LoadParts, version: int) -> dict[str, Any]:
+        """The state dict at ``version`` from a one-statement read (:meth:`Storage.load_parts`)."""
+        base = parts.snap_version
+        state: dict[str, Any] | None = None
+        if parts.rest is not None:
+            if parts.n_found != parts.n_digests:
+                raise StorageError(
+                    f"snapshot at version {base} refers to a missing message blob; "
+                    "run `eventstore verify`"
+                )
+            state = self._codec.decode_joined(parts.rest, parts.messages)
+        if parts.n_tail != version - base:
+            assert parts.row is not None
+            raise StorageError(
+                f"session {parts.row.id!r}: events {base + 1}..{version} are incomplete "
+                f"({parts.n_tail} of {version - base} found); run `eventstore verify`"
+            )
+        actions = orjson.loads(b"[" + parts.tail + b"]") if parts.n_tail else []
+        return fold_json(state, actions)
 
     def _hash_turn_at(self, tx: Tx, row: SessionRow, version: int) -> tuple[bytes, int]:
         """The chain hash and turn number at a version of a session's lineage."""

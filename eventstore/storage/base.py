@@ -33,6 +33,7 @@ __all__ = [
     "EventRow",
     "SnapshotRow",
     "Segment",
+    "LoadParts",
     "Storage",
     "EventIdRace",
 ]
@@ -147,6 +148,35 @@ class Segment:
     session_pk: int
     after: int
     upto: int
+
+
+@dataclass(frozen=True, slots=True)
+class LoadParts:
+    """Everything a load of a root session needs, read by one statement.
+
+    Attributes:
+        row: the session row, or ``None`` when there is no such session.
+        complete: ``False`` when the session is a branch (its lineage is read the
+            general way); the fields below are then empty.
+        snap_version: the version of the snapshot used (0: none, fold from the start).
+        rest: the snapshot's ``rest`` bytes, or ``None`` without a snapshot.
+        messages: the snapshot's message bodies joined by commas, in order (no brackets).
+        n_digests: how many messages the snapshot lists.
+        n_found: how many of them have a blob (fewer: a blob is missing).
+        tail: the payloads of the events after the snapshot up to the version, joined by
+            commas in version order (no brackets).
+        n_tail: how many events ``tail`` holds.
+    """
+
+    row: SessionRow | None
+    complete: bool = False
+    snap_version: int = 0
+    rest: bytes | None = None
+    messages: bytes = b""
+    n_digests: int = 0
+    n_found: int = 0
+    tail: bytes = b""
+    n_tail: int = 0
 
 
 class EventIdRace(StorageError):
@@ -356,6 +386,18 @@ class Storage(ABC):
     @abstractmethod
     def get_blobs(self, tx: Tx, digests: Sequence[bytes]) -> dict[bytes, bytes]:
         """The bodies of these digests (missing ones are absent from the result)."""
+
+    def load_parts(
+        self, session_id: str, version: int | None, reducer_version: int
+    ) -> LoadParts | None:
+        """A root session's state parts at ``version`` (``None``: the head), in one read.
+
+        The newest usable snapshot at or below the version (as :meth:`latest_snapshot`
+        with the session's compaction baseline), its message bodies in order and the
+        payloads of the events after it. ``None`` when the backend has no such
+        statement (the store then reads the parts one by one).
+        """
+        return None
 
     # -- compaction ---------------------------------------------------------------------
 

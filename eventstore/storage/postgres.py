@@ -14,9 +14,10 @@ from sqlalchemy import Connection, create_engine, func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import make_url
 
-from .base import EventRow, SnapshotRow
+from ..codec import DIGEST_SIZE
+from .base import EventRow, LoadParts, SnapshotRow
 from .schema import snapshots
-from .sql import ErrorKind, SqlStorage
+from .sql import ErrorKind, SqlStorage, _session
 
 __all__ = ["PostgresStorage", "IMMUTABILITY_DDL_V1", "DROP_IMMUTABILITY_DDL_V1"]
 
@@ -212,3 +213,75 @@ class PostgresStorage(SqlStorage):
         if invalidated or isinstance(orig, _RETRYABLE):
             return ErrorKind.RETRYABLE
         return ErrorKind.OTHER
+
+    def load_parts(
+        self, session_id: str, version: int | None, reducer_version: int
+    ) -> LoadParts | None:
+        params = {"id": session_id, "version": version, "rv": reducer_version}
+        with self._errors(), self.engine.connect() as conn:
+            # One statement sees one snapshot of the database: no BEGIN/COMMIT needed.
+            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            cur: Any = conn.connection.cursor()
+            try:
+                cur.execute(_LOAD, params, binary=True)
+                r = cur.fetchone()
+            finally:
+                cur.close()
+        if r is None:
+            return LoadParts(None)
+        row = _session(r)
+        if row.parent_pk is not None:
+            return LoadParts(row)
+        return LoadParts(
+            row,
+            complete=True,
+            snap_version=r[11] or 0,
+            rest=r[12],
+            messages=r[13] or b"",
+            n_digests=r[14],
+            n_found=r[15],
+            tail=r[16] or b"",
+            n_tail=r[17],
+        )
+
+
+# A root session's load in one round trip: the session row, its newest usable snapshot
+# at or below the version (made by this reducer, or the compaction baseline whatever its
+# reducer), the snapshot's message bodies joined in order by SQL (the digests are split
+# with generate_series, so the order is the snapshot's), and the tail payloads joined in
+# version order. Python then parses two JSON arrays. Branches get only their row (the
+# lineage is read the general way).
+_LOAD = f"""
+WITH s AS (
+    SELECT pk, id, parent_pk, fork_version, head, head_hash, head_turn, baseline,
+           baseline_hash, baseline_turn, created_at,
+           COALESCE(%(version)s::int, head) AS v
+    FROM sessions WHERE id = %(id)s
+), snap AS (
+    SELECT n.version, n.rest, n.message_digests
+    FROM s JOIN snapshots n ON n.session_pk = s.pk
+    WHERE s.parent_pk IS NULL AND n.version > 0 AND n.version <= s.v
+      AND (n.reducer_version = %(rv)s OR n.version = s.baseline)
+    ORDER BY n.version DESC
+    LIMIT 1
+)
+SELECT s.pk, s.id, s.parent_pk, s.fork_version, s.head, s.head_hash, s.head_turn,
+       s.baseline, s.baseline_hash, s.baseline_turn, s.created_at,
+       snap.version, snap.rest, m.bodies, m.n_digests, m.n_found, t.payloads, t.n
+FROM s
+LEFT JOIN snap ON true
+LEFT JOIN LATERAL (
+    SELECT string_agg(b.body, ','::bytea ORDER BY g.i) AS bodies,
+           count(*) AS n_digests, count(b.body) AS n_found
+    FROM generate_series(0, length(snap.message_digests) / {DIGEST_SIZE} - 1) AS g(i)
+    LEFT JOIN snapshot_blobs b
+        ON b.digest = substring(snap.message_digests FROM g.i * {DIGEST_SIZE} + 1
+                                FOR {DIGEST_SIZE})
+) m ON true
+LEFT JOIN LATERAL (
+    SELECT string_agg(e.payload, ','::bytea ORDER BY e.version) AS payloads, count(*) AS n
+    FROM events e
+    WHERE s.parent_pk IS NULL AND e.session_pk = s.pk
+      AND e.version > COALESCE(snap.version, 0) AND e.version <= s.v
+) t ON true
+"""
