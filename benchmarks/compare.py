@@ -37,9 +37,9 @@ import argparse
 import datetime as dt
 import gc
 import json
+import math
 import multiprocessing as mp
 import os
-import platform
 import shlex
 import statistics
 import subprocess
@@ -411,7 +411,9 @@ def supplement(data: dict[str, Any], extra: dict[str, Any], source: str) -> None
 def environment() -> dict[str, Any]:
     def run(cmd: str) -> str:
         try:
-            return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=10).stdout.strip()
+            return subprocess.run(
+                cmd, shell=True, capture_output=True, text=True, timeout=10, check=False
+            ).stdout.strip()
         except Exception:  # noqa: BLE001
             return "?"
 
@@ -434,9 +436,12 @@ def environment() -> dict[str, Any]:
             pg_version = row[0] if row else "?"
             fsync = conn.execute("SHOW fsync").fetchone()
             sync_commit = conn.execute("SHOW synchronous_commit").fetchone()
-            pg_version += f" (fsync={fsync[0] if fsync else '?'}, synchronous_commit={sync_commit[0] if sync_commit else '?'})"
-    except Exception:  # noqa: BLE001
-        pass
+            pg_version += (
+                f" (fsync={fsync[0] if fsync else '?'}, "
+                f"synchronous_commit={sync_commit[0] if sync_commit else '?'})"
+            )
+    except Exception as exc:  # noqa: BLE001 - the report says why it is missing
+        pg_version = f"? ({type(exc).__name__})"
     import sqlite3
 
     return {
@@ -552,8 +557,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for t in turns_list:
             if key == "lg-event" and t > args.lg_event_max_turns:
                 entry["sizes"][str(t)] = {"turns": t, "skipped": (
-                    f"not run: a checkpoint per event stores the whole state each time "
-                    f"(O(T^2) bytes); raise --lg-event-max-turns to run it")}
+                    "not run: a checkpoint per event stores the whole state each time "
+                    "(O(T^2) bytes); raise --lg-event-max-turns to run it")}
                 continue
             t0 = time.perf_counter()
             try:
@@ -564,8 +569,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 try:
                     target.close()
                     _drop(target)
-                except Exception:  # noqa: BLE001
-                    pass
+                except Exception as exc:  # noqa: BLE001 - the size's error is already recorded
+                    print(f"[{key}] cleanup after the error failed: {exc}", flush=True)
             entry["sizes"][str(t)] = res
             print(f"[{key}] T={t}: {_brief(res)} ({time.perf_counter() - t0:.1f}s)", flush=True)
         _save(data, args)
@@ -601,7 +606,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _brief(res: dict[str, Any]) -> str:
     if "error" in res:
         return "ERROR " + res["error"]
-    f = lambda v, fmt: "-" if v is None else format(v, fmt)  # noqa: E731
+    f = lambda v, fmt: "-" if v is None else format(v, fmt)
     return (
         f"{'ok' if res['ok'] else 'WRONG'} turn {f(res.get('per_turn_eps'), '.0f')} ev/s, "
         f"event {f(res.get('per_event_eps'), '.0f')} ev/s, head {res['load_head_ms']:.2f} ms, "
@@ -640,7 +645,7 @@ ES_KEYS = ("es-pg", "es-sqlite")
 def _f(v: Any, digits: int = 0) -> str:
     if v is None:
         return "–"
-    if isinstance(v, float) and v != v:
+    if isinstance(v, float) and math.isnan(v):
         return "–"
     if digits == 0:
         return f"{v:,.0f}"
@@ -654,7 +659,7 @@ def _ms(v: Any) -> str:
 
 
 def _ratio(v: Any, base: Any) -> str:
-    if v is None or base in (None, 0) or v != v or base != base:
+    if v is None or base in (None, 0) or math.isnan(v) or math.isnan(base):
         return ""
     r = v / base
     return f" ({r:.2f}×)" if r < 10 else f" ({r:.1f}×)" if r < 100 else f" ({r:,.0f}×)"
@@ -697,9 +702,9 @@ def render(data: dict[str, Any]) -> str:
     turns = sorted({int(t) for e in _targets(data) for t in e.get("sizes", {})})
     lines = [SECTION, ""]
     lines += [
-        f"Run {env['date']} at `{env['commit']}`, in {data.get('elapsed_s', 0) / 60:.1f} min: "
+        (f"Run {env['date']} at `{env['commit']}`, in {data.get('elapsed_s', 0) / 60:.1f} min: "
         f"`cd /work/main && scripts/with-postgres .venv/bin/python -m benchmarks compare"
-        f"{(' ' + data['command'].split('compare', 1)[1].strip()) if data['command'].split('compare', 1)[1].strip() else ''}`.",
+        f"{(' ' + data['command'].split('compare', 1)[1].strip()) if data['command'].split('compare', 1)[1].strip() else ''}`."),
         "Workload: `eventstore.samples.chat_session(T, seed=" + str(data["seed"]) + ")` (≈86 events per turn); "
         "every figure is also given as a ratio to raw psycopg **measured in the same run** "
         "(throughput: higher is better; time and bytes: lower is better). "
@@ -742,9 +747,9 @@ def render(data: dict[str, Any]) -> str:
         lines += [
             f"### T = {t} turns ({_f(n)} events; old version = end of turn {t // 2})",
             "",
-            "| target | state | append, 1 event/tx (ev/s) | client CPU per 1-event append (ms) "
+            ("| target | state | append, 1 event/tx (ev/s) | client CPU per 1-event append (ms) "
             "| append, 1 turn/tx (ev/s) | load head (ms) "
-            "| load old version (ms) | full history (ms) | bytes/event | bytes/event, 1 event/tx |",
+            "| load old version (ms) | full history (ms) | bytes/event | bytes/event, 1 event/tx |"),
             "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|",
         ]
         supplements: list[str] = []
@@ -791,8 +796,8 @@ def render(data: dict[str, Any]) -> str:
         lines += [
             f"### Growth from T = {lo} to T = {hi}",
             "",
-            f"| target | bytes/event T={lo} | bytes/event T={hi} | growth | load head T={lo} (ms) "
-            f"| load head T={hi} (ms) | growth |",
+            (f"| target | bytes/event T={lo} | bytes/event T={hi} | growth | load head T={lo} (ms) "
+            f"| load head T={hi} (ms) | growth |"),
             "|---|--:|--:|--:|--:|--:|--:|",
         ]
         for e in _targets(data):
@@ -816,8 +821,8 @@ def render(data: dict[str, Any]) -> str:
         lines += [
             f"### Concurrent writers (one event per transaction, each writer its own session, {secs:g} s per cell, processes)",
             "",
-            "Each target's cell runs right after a raw psycopg cell with the same number of writers; "
-            "the ratio and the raw latencies in brackets are from that paired cell.",
+            ("Each target's cell runs right after a raw psycopg cell with the same number of writers; "
+            "the ratio and the raw latencies in brackets are from that paired cell."),
             "",
             "| target | " + " | ".join(f"W={w}: ev/s | W={w}: p50 / p99 ms" for w in writers) + " |",
             "|---|" + "--:|--:|" * len(writers),
@@ -861,7 +866,7 @@ def _verdicts(data: dict[str, Any], turns: list[int]) -> list[str]:
         if not es or not peers:
             continue
 
-        def best(metric: str, high: bool) -> tuple[str, float]:
+        def best(metric: str, high: bool, peers: list[Any] = peers) -> tuple[str, float]:
             vals = [(lbl, r[metric]) for lbl, r in peers
                     if r.get(metric) is not None and r.get("ok")
                     and (not metric.startswith("per_event") or r.get("per_event_eps"))]
@@ -878,7 +883,7 @@ def _verdicts(data: dict[str, Any], turns: list[int]) -> list[str]:
                    f"{'met' if es[metric] > v else '**not met**'} "
                    f"({fmt(es[metric])} vs best peer {lbl} {fmt(v)})")
         lbl, v = best("per_event_cpu_ms", False)
-        if es.get("per_event_cpu_ms") is not None and v == v:
+        if es.get("per_event_cpu_ms") is not None and not math.isnan(v):
             out.append(f"- … and on client CPU per 1-event append (noise-robust): "
                        f"{'met' if es['per_event_cpu_ms'] < v else '**not met**'} "
                        f"({_ms(es['per_event_cpu_ms'])} ms vs best peer {lbl} {_ms(v)} ms)")
@@ -887,7 +892,7 @@ def _verdicts(data: dict[str, Any], turns: list[int]) -> list[str]:
                    f"{'met' if es['bytes_per_event'] < v else '**not met**'} "
                    f"({_f(es['bytes_per_event'])} B vs best peer {lbl} {_f(v)} B)")
         lbl, v = best("bytes_per_event_single", False)
-        if es.get("bytes_per_event_single") is not None and v == v:
+        if es.get("bytes_per_event_single") is not None and not math.isnan(v):
             out.append(f"- … and on bytes per event written one per transaction: "
                        f"{'met' if es['bytes_per_event_single'] < v else '**not met**'} "
                        f"({_f(es['bytes_per_event_single'])} B vs best peer {lbl} {_f(v)} B)")
