@@ -210,6 +210,9 @@ class PostgresStorage(SqlStorage):
             return ErrorKind.OTHER
         if isinstance(orig, psycopg.errors.UndefinedTable):
             return ErrorKind.NO_SCHEMA
+        if isinstance(orig, psycopg.errors.ProgramLimitExceeded) and not invalidated:
+            # e.g. "index row requires N bytes": an OperationalError, yet a retry never helps.
+            return ErrorKind.OTHER
         if invalidated or isinstance(orig, _RETRYABLE):
             return ErrorKind.RETRYABLE
         return ErrorKind.OTHER
