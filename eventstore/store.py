@@ -952,6 +952,10 @@ class EventStore:
                 raise InvalidEvent(
                     f"{what} contains a lone surrogate (not valid Unicode text)", field=what
                 ) from None
+        # Ids are indexed: PostgreSQL's btree refuses entries over ~2.7 kB whatever
+        # max_id_length says, so cap the UTF-8 size too (an InvalidEvent, not a driver error).
+        if len(value) > 512 and len(value.encode("utf-8")) > 2048:
+            raise InvalidEvent(f"{what} is more than 2048 bytes of UTF-8 (ids are indexed)", field=what)
 
     def _check_event_ids(self, event_ids: Sequence[str] | None, n: int) -> tuple[str, ...] | None:
         if event_ids is None:
