@@ -260,13 +260,16 @@ WITH s AS (
            baseline_hash, baseline_turn, created_at,
            COALESCE(%(version)s::int, head) AS v
     FROM sessions WHERE id = %(id)s
-), snap AS (
+), newest AS (
     SELECT n.version, n.rest, n.message_digests
     FROM s JOIN snapshots n ON n.session_pk = s.pk
     WHERE s.parent_pk IS NULL AND n.version > 0 AND n.version <= s.v
       AND (n.reducer_version = %(rv)s OR n.version = s.baseline)
     ORDER BY n.version DESC
     LIMIT 1
+), snap AS MATERIALIZED (
+    -- `|| ''` detoasts the digests once, here, not once per message in the split below.
+    SELECT version, rest, message_digests || ''::bytea AS message_digests FROM newest
 )
 SELECT s.pk, s.id, s.parent_pk, s.fork_version, s.head, s.head_hash, s.head_turn,
        s.baseline, s.baseline_hash, s.baseline_turn, s.created_at,
