@@ -485,3 +485,12 @@ def test_random_batches_are_stored_identically_or_refused(
     else:
         with pytest.raises(SessionNotFound):
             hostile_store.head(session)
+
+
+@pytest.mark.parametrize("session", ["x" * 10_240, "".join(chr(0x4E00 + i % 2000) for i in range(10_240))], ids=["ascii", "cjk"])
+def test_10_kb_ids_with_a_raised_limit_are_refused_not_a_driver_error(db_url: str, session: str) -> None:
+    with EventStore(db_url, max_id_length=20_000) as store:
+        store.migrate()
+        assert not _append_or_refuse(store, session, [{"type": "stop"}])
+        assert not _append_or_refuse(store, "s", [{"type": "stop"}], event_ids=[session])
+        assert _append_or_refuse(store, "y" * 2000, [{"type": "stop"}], event_ids=["z" * 2000])

@@ -1,0 +1,162 @@
+"""Least privilege on PostgreSQL, exactly as docs/security.md sets it up.
+
+The two ``sql`` blocks of the "Least privilege on PostgreSQL" section are executed verbatim
+(role and schema names swapped for unique ones), so the documentation cannot drift from what
+is tested: an application role that can only insert and read events (plus what an append,
+a branch and a snapshot need), and an owner role that migrates and compacts.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from sqlalchemy.engine import make_url
+
+from conftest import pg_admin_url
+from eventstore.errors import CompactedError, StorageError
+from eventstore.samples import chat_session
+from eventstore.store import EventStore
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "security.md"
+
+
+def _doc_sql_blocks() -> tuple[str, str]:
+    """(setup block, grants block) of docs/security.md's least-privilege section."""
+    text = DOC.read_text(encoding="utf-8")
+    section = text[text.index("## Least privilege on PostgreSQL"):]
+    section = section[: section.index("\n## ", 5)]
+    blocks = re.findall(r"```sql\n(.*?)```", section, flags=re.S)
+    assert len(blocks) == 2, "expected a setup block and a grants block"
+    marker = section.index("<!-- least-privilege-grants")
+    assert section.index(blocks[1]) > marker, "the grants block follows its marker"
+    return blocks[0], blocks[1]
+
+
+@pytest.fixture
+def setup() -> Iterator[dict[str, Any]]:
+    admin_url = pg_admin_url()
+    suffix = uuid.uuid4().hex[:10]
+    owner, app, schema = f"es_owner_{suffix}", f"es_app_{suffix}", f"es_{suffix}"
+
+    def rename(sql: str) -> str:
+        sql = sql.replace("eventstore_owner", owner).replace("eventstore_app", app)
+        return re.sub(r"\beventstore\b", schema, sql)
+
+    setup_sql, grants_sql = (rename(b) for b in _doc_sql_blocks())
+    u = make_url(admin_url)
+
+    def url(role: str) -> str:
+        # The server trusts loopback, so the documented passwords are not needed here.
+        return u.set(username=role, password=None).render_as_string(hide_password=False)
+
+    admin = psycopg.connect(admin_url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True)
+    admin.execute(setup_sql)
+    try:
+        yield {"owner": url(owner), "app": url(app), "grants": grants_sql, "schema": schema, "app_role": app}
+    finally:
+        admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        for role in (app, owner):
+            admin.execute(f'DROP OWNED BY "{role}" CASCADE')
+            admin.execute(f'DROP ROLE "{role}"')
+        admin.close()
+
+
+def _raw(url: str) -> psycopg.Connection[Any]:
+    return psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True)
+
+
+def test_the_documented_least_privilege_setup(setup: dict[str, Any]) -> None:
+    # Migrations need the owner: the application role cannot create the schema's tables.
+    with EventStore(setup["app"]) as app_store:
+        with pytest.raises(StorageError, match="permission denied"):
+            app_store.migrate()
+    owner_store = EventStore(setup["owner"], snapshot_every=16)
+    owner_store.migrate()
+    with _raw(setup["owner"]) as conn:
+        conn.execute(setup["grants"])  # run by the owner, verbatim from the docs
+
+    app_store = EventStore(setup["app"], snapshot_every=16)
+    try:
+        # Everything an application does works under the application role.
+        turns = chat_session(turns=3, seed=6)
+        ids = [f"e{i}" for i in range(len(turns))]
+        r = app_store.append("chat", turns, expected_version=0, event_ids=ids, actor="app", metadata={"k": 1})
+        assert app_store.append("chat", turns, expected_version=0, event_ids=ids, actor="app", metadata={"k": 1}).replayed
+        app_store.append("chat", [{"type": "retry"}], expected_version=r.version)
+        head = r.version + 1
+        assert app_store.head("chat") == head
+        assert app_store.load("chat", version=20).to_json() == owner_store.load("chat", version=20).to_json()
+        assert len(list(app_store.history("chat"))) == head
+        fork = app_store.branch("chat", at=30, new_id="chat-alt")
+        app_store.append(fork, [{"type": "stop"}])
+        assert {s.id for s in app_store.sessions()} == {"chat", "chat-alt"}
+        assert app_store.verify().ok
+        with _raw(setup["owner"]) as conn:  # snapshots were written by the app role
+            assert conn.execute("SELECT count(*) FROM snapshots").fetchone()[0] >= head // 16
+
+        # What it must not do, the database refuses before any trigger runs.
+        forbidden = [
+            "UPDATE events SET actor = 'mallory'",
+            "DELETE FROM events",
+            "TRUNCATE events",
+            "INSERT INTO compaction_permits VALUES (1, 1000)",
+            "UPDATE sessions SET baseline = 5, baseline_hash = NULL",
+            "DELETE FROM sessions",
+            "DELETE FROM snapshots",
+            "DELETE FROM snapshot_blobs",
+            "DROP TABLE events",
+            "ALTER TABLE events DISABLE TRIGGER USER",
+            "CREATE TABLE sneaky (x int)",
+        ]
+        with _raw(setup["app"]) as conn:
+            for sql in forbidden:
+                with pytest.raises((psycopg.errors.InsufficientPrivilege, psycopg.errors.UndefinedTable)) as info:
+                    conn.execute(sql)
+                assert isinstance(info.value, psycopg.errors.InsufficientPrivilege), (sql, info.value)
+
+        # Compaction deletes: the application role cannot, and nothing changes.
+        before = [e.to_json() for e in app_store.history("chat")]
+        with pytest.raises(StorageError, match="permission denied"):
+            app_store.compact("chat", upto=40)
+        assert [e.to_json() for e in app_store.history("chat")] == before
+        assert app_store.load("chat", version=1) is not None
+
+        # The owner compacts; the application role then reads the compacted session normally.
+        state_50 = app_store.load("chat", version=50).to_json()
+        owner_store.compact("chat", upto=50)
+        with pytest.raises(CompactedError):
+            app_store.load("chat", version=49)
+        assert app_store.load("chat", version=50).to_json() == state_50
+        assert app_store.load("chat-alt").to_json() == owner_store.load("chat-alt").to_json()
+        app_store.append("chat", [{"type": "stop"}])
+        assert app_store.verify().ok
+    finally:
+        app_store.close()
+        owner_store.close()
+
+
+def test_the_grants_name_no_write_privilege_on_events_beyond_insert(setup: dict[str, Any]) -> None:
+    """The privileges the app role ends up with, read back from the catalog."""
+    with EventStore(setup["owner"]) as owner_store:
+        owner_store.migrate()
+    with _raw(setup["owner"]) as conn:
+        conn.execute(setup["grants"])
+        rows = conn.execute(
+            "SELECT table_name, privilege_type FROM information_schema.role_table_grants "
+            "WHERE grantee = %s AND table_schema = %s ORDER BY 1, 2",
+            (setup["app_role"], setup["schema"]),
+        ).fetchall()
+    granted: dict[str, set[str]] = {}
+    for table, privilege in rows:
+        granted.setdefault(table, set()).add(privilege)
+    assert granted["events"] == {"SELECT", "INSERT"}
+    assert "compaction_permits" not in granted
+    assert granted["sessions"] == {"SELECT", "INSERT"}  # UPDATE only on head columns
+    assert granted["snapshot_blobs"] == {"SELECT", "INSERT"}
+    assert granted["eventstore_alembic_version"] == {"SELECT"}
