@@ -109,6 +109,8 @@ def cli_errors(fn: F) -> F:
             fail(f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""))
         except UnicodeDecodeError as exc:
             fail(f"input is not UTF-8 text: {exc.reason}")
+        except RecursionError:  # json.loads of a hostile, deeply nested file
+            fail("input is nested too deeply to be an action")
         except KeyboardInterrupt:
             fail("interrupted", 130)
 
