@@ -494,3 +494,59 @@ def test_10_kb_ids_with_a_raised_limit_are_refused_not_a_driver_error(db_url: st
         assert not _append_or_refuse(store, session, [{"type": "stop"}])
         assert not _append_or_refuse(store, "s", [{"type": "stop"}], event_ids=[session])
         assert _append_or_refuse(store, "y" * 2000, [{"type": "stop"}], event_ids=["z" * 2000])
+
+
+# --------------------------------------------------------------------------- the CLI
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'[{"type": "send", "id": "u", "text": "\xff\xfe"}]',  # not UTF-8
+        b'{"type": "send", "id": "u", "text": "\xed\xa0\x80"}',  # an encoded surrogate
+        b'[{"type": "part", "part": {"type": "tool-result", "id": "c", "output": NaN}}]',
+        b'[{"type": "part", "part": {"type": "tool-result", "id": "c", "output": Infinity}}]',
+        b'[{"type": "send", "id": "u", "text": "\\ud800"}]',  # an escaped lone surrogate
+        b'[{"type": "teleport"}]',
+        b'{"type": "stop"}\n{"type": "send"}\n',  # the second line is malformed: nothing written
+        b"[" * 100_000 + b"]" * 100_000,
+        b'[{"type": "send", "id": "u", "text": "' + b"x" * (2 << 20) + b'"}]',
+        b"\x00\x01\x02",
+        b"",
+    ],
+    ids=["latin1", "surrogate-bytes", "nan", "infinity", "escaped-surrogate", "unknown-type",
+         "bad-second-line", "deep", "huge", "binary", "empty"],
+)
+def test_cli_append_refuses_hostile_files_cleanly(db_url: str, tmp_path: Path, raw: bytes) -> None:
+    from typer.testing import CliRunner
+
+    from eventstore_cli.app import app
+
+    with EventStore(db_url) as store:
+        store.migrate()
+        store.append("s", [{"type": "stop"}])
+    path = tmp_path / "actions.json"
+    path.write_bytes(raw)
+    r = CliRunner().invoke(app, ["--db", db_url, "append", "s", str(path)])
+    assert r.exit_code == 1, (r.exit_code, r.stdout, r.stderr[-500:])
+    assert r.stderr.startswith("error: ") and len(r.stderr.strip().splitlines()) == 1, r.stderr[-500:]
+    assert "Traceback" not in r.stdout + r.stderr
+    with EventStore(db_url) as store:
+        assert store.head("s") == 1 and [s.id for s in store.sessions()] == ["s"]
+
+
+def test_cli_append_stores_nul_and_odd_ids_exactly(db_url: str, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from eventstore_cli.app import app
+
+    with EventStore(db_url) as store:
+        store.migrate()
+    action = {"type": "send", "id": "u\x00'\";%", "text": "\x00🙂\u2028"}
+    path = tmp_path / "actions.jsonl"
+    path.write_text(json.dumps(action) + "\n", encoding="utf-8")
+    session = "it's; 100% 🙂"
+    r = CliRunner().invoke(app, ["--db", db_url, "append", session, str(path)])
+    assert r.exit_code == 0, r.stderr
+    with EventStore(db_url) as store:
+        assert [e.action for e in store.history(session)] == [action]
