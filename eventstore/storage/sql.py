@@ -14,12 +14,14 @@ from typing import Any
 from sqlalchemy import (
     Connection,
     Engine,
+    LargeBinary,
     and_,
     bindparam,
     delete,
     func,
     insert,
     inspect,
+    literal,
     or_,
     select,
     update,
@@ -27,10 +29,12 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect, make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
+from ..codec import DIGEST_SIZE
 from ..errors import ConcurrencyError, EventStoreError, SchemaError, StorageError
 from .base import (
     EventIdRace,
     EventRow,
+    LoadParts,
     NewSession,
     Segment,
     SessionRow,
@@ -148,6 +152,19 @@ S_SNAPSHOTS_RANGE = (
 _NO_LIMIT = 2**62
 
 
+def _ordered_blobs() -> Any:
+    """The bodies of the ``n`` digests concatenated in ``md``, one row each, in their order
+    (NULL for a missing blob): a recursive CTE counts 0..n-1 and slices the digests."""
+    idx = select(literal(0).label("i")).cte("idx", recursive=True)
+    idx = idx.union_all(select(idx.c.i + 1).where(idx.c.i + 1 < _P("n")))
+    digest = func.substr(_P("md", type_=LargeBinary), idx.c.i * DIGEST_SIZE + 1, DIGEST_SIZE)
+    return (
+        select(snapshot_blobs.c.body)
+        .select_from(idx.outerjoin(snapshot_blobs, snapshot_blobs.c.digest == digest))
+        .order_by(idx.c.i)
+    )
+
+
 class ErrorKind(enum.Enum):
     """What a driver error means to eventstore (decided per dialect)."""
 
@@ -241,6 +258,7 @@ class SqlStorage(Storage):
         self._q_upsert_snapshot = Compiled(self._upsert_snapshot(), d)
         self._q_latest: dict[tuple[int, int], Compiled] = {}
         self._q_blobs: dict[int, Compiled] = {}
+        self._q_ordered_blobs = Compiled(_ordered_blobs(), d)
 
     # -- dialect hooks ------------------------------------------------------------------
 
@@ -648,6 +666,56 @@ class SqlStorage(Storage):
             for d, b in rows:
                 out[bytes(d)] = bytes(b)
         return out
+
+    def load_parts(
+        self, session_id: str, version: int | None, reducer_version: int
+    ) -> LoadParts | None:
+        # In one read transaction: the session row, the newest usable snapshot, its
+        # message bodies in snapshot order (one statement: the digests are split by a
+        # recursive CTE, so no parameter list and no digest->body dict), the tail.
+        with self.read() as tx:
+            r = self._fetchone(tx, self._q_get_session, {"id": session_id})
+            if r is None:
+                return LoadParts(None)
+            row = _session(r)
+            v = row.head if version is None else version
+            if row.parent_pk is not None or not (row.baseline <= v <= row.head):
+                return LoadParts(row)  # a branch, or a version the store refuses
+            base = 0
+            rest: bytes | None = None
+            messages = b""
+            n_digests = n_found = 0
+            baselines = [(row.pk, row.baseline)] if 0 < row.baseline <= v else []
+            snap = self.latest_snapshot(tx, [Segment(row.pk, 0, v)], reducer_version, baselines)
+            if snap is not None:
+                base, rest = snap.version, snap.rest
+                n_digests = len(snap.message_digests) // DIGEST_SIZE
+                if n_digests:
+                    bodies = [
+                        b
+                        for (b,) in self._fetchall(
+                            tx,
+                            self._q_ordered_blobs,
+                            {"md": snap.message_digests, "n": n_digests},
+                        )
+                        if b is not None
+                    ]
+                    n_found = len(bodies)
+                    messages = b",".join(bodies)
+            payloads = self._fetchall(
+                tx, self._q_read_payloads, {"pk": row.pk, "after": base, "upto": v}
+            )
+        return LoadParts(
+            row,
+            complete=True,
+            snap_version=base,
+            rest=rest,
+            messages=messages,
+            n_digests=n_digests,
+            n_found=n_found,
+            tail=b",".join(p for (p,) in payloads),
+            n_tail=len(payloads),
+        )
 
     # -- compaction ---------------------------------------------------------------------
 
