@@ -16,5 +16,6 @@ BENCHMARKS: list[str] = [
     "store",
     "compare",
     "timetravel",
+    "soak",  # reliability audit; 10 s per backend by default (--seconds N for a real soak)
 ]
 """Benchmark modules run, in this order, by ``python -m benchmarks all``."""
