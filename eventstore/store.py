@@ -1029,16 +1029,13 @@ class EventStore:
         return fold_json(state, decode_many(payloads))
 
     def _decode_snapshot(self, tx: Tx, snap: SnapshotRow) -> dict[str, Any]:
-        digests = self._codec.split_digests(snap.message_digests)
-        bodies = self._storage.get_blobs(tx, digests)
-        try:
-            ordered = [bodies[d] for d in digests]
-        except KeyError:
+        ordered = self._storage.ordered_bodies(tx, snap.message_digests)
+        if None in ordered:
             raise StorageError(
                 f"snapshot at version {snap.version} refers to a missing message blob; "
                 "run `eventstore verify`"
-            ) from None
-        return self._codec.decode(snap.rest, ordered)
+            )
+        return self._codec.decode(snap.rest, ordered)  # type: ignore[arg-type]
 
     def _state_from_parts(self, parts: LoadParts, version: int) -> dict[str, Any]:
         """The state dict at ``version`` from a one-statement read (:meth:`Storage.load_parts`)."""

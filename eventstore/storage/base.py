@@ -23,6 +23,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
+from ..codec import DIGEST_SIZE
 from ..errors import StorageError
 
 __all__ = [
@@ -386,6 +387,13 @@ class Storage(ABC):
     @abstractmethod
     def get_blobs(self, tx: Tx, digests: Sequence[bytes]) -> dict[bytes, bytes]:
         """The bodies of these digests (missing ones are absent from the result)."""
+
+    def ordered_bodies(self, tx: Tx, message_digests: bytes) -> list[bytes | None]:
+        """The bodies of a snapshot's concatenated digests, in their order (``None``: missing)."""
+        n = DIGEST_SIZE
+        digests = [message_digests[i : i + n] for i in range(0, len(message_digests), n)]
+        bodies = self.get_blobs(tx, digests)
+        return [bodies.get(d) for d in digests]
 
     def load_parts(
         self, session_id: str, version: int | None, reducer_version: int

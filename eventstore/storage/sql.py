@@ -667,6 +667,13 @@ class SqlStorage(Storage):
                 out[bytes(d)] = bytes(b)
         return out
 
+    def ordered_bodies(self, tx: Tx, message_digests: bytes) -> list[bytes | None]:
+        n = len(message_digests) // DIGEST_SIZE
+        if not n:
+            return []
+        rows = self._fetchall(tx, self._q_ordered_blobs, {"md": message_digests, "n": n})
+        return [None if b is None else b if type(b) is bytes else bytes(b) for (b,) in rows]
+
     def load_parts(
         self, session_id: str, version: int | None, reducer_version: int
     ) -> LoadParts | None:
@@ -689,19 +696,10 @@ class SqlStorage(Storage):
             snap = self.latest_snapshot(tx, [Segment(row.pk, 0, v)], reducer_version, baselines)
             if snap is not None:
                 base, rest = snap.version, snap.rest
-                n_digests = len(snap.message_digests) // DIGEST_SIZE
-                if n_digests:
-                    bodies = [
-                        b
-                        for (b,) in self._fetchall(
-                            tx,
-                            self._q_ordered_blobs,
-                            {"md": snap.message_digests, "n": n_digests},
-                        )
-                        if b is not None
-                    ]
-                    n_found = len(bodies)
-                    messages = b",".join(bodies)
+                ordered = self.ordered_bodies(tx, snap.message_digests)
+                bodies = [b for b in ordered if b is not None]
+                n_digests, n_found = len(ordered), len(bodies)
+                messages = b",".join(bodies)
             payloads = self._fetchall(
                 tx, self._q_read_payloads, {"pk": row.pk, "after": base, "upto": v}
             )
