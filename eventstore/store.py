@@ -117,8 +117,10 @@ class EventStore:
             fewer events than this).
         max_event_bytes: the largest encoded action (and metadata) accepted.
         max_id_length: the longest session id, event id or actor accepted.
-        **storage_options: backend options (``busy_timeout_ms`` for SQLite, ``pool_size``
-            for PostgreSQL).
+        **storage_options: backend options (``busy_timeout_ms`` for SQLite; ``pool_size``
+            and ``ping_after_idle_s`` for PostgreSQL: the append fast path skips the
+            connection pre-ping unless the pooled connection sat idle longer than this or
+            looks dropped; default 0.5 s).
 
     The store opens no connection until first used. Use it as a context manager, or call
     :meth:`close`, to release its connections.

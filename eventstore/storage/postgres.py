@@ -5,14 +5,18 @@ This is the only module that imports psycopg.
 
 from __future__ import annotations
 
+import select as _select
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
 import psycopg.errors
-from sqlalchemy import Connection, create_engine, func, select
+from sqlalchemy import Connection, create_engine, event, func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DisconnectionError
 
 from ..codec import DIGEST_SIZE
 from .base import EventRow, LoadParts, SnapshotRow
@@ -115,17 +119,82 @@ _RETRYABLE = (
 )
 
 
+_CHECKED_IN = "eventstore_checked_in"
+
+
+def _on_checkin(_dbapi_conn: Any, record: Any) -> None:
+    if record is not None:
+        record.info[_CHECKED_IN] = time.monotonic()
+
+
+def _readable(dbapi_conn: Any) -> bool:
+    """Whether an idle connection's socket has input (EOF or an unsolicited message)."""
+    try:
+        r, _, _ = _select.select([dbapi_conn.fileno()], [], [], 0)
+    except (OSError, ValueError, psycopg.Error):
+        return True
+    return bool(r)
+
+
 class PostgresStorage(SqlStorage):
     """Storage on PostgreSQL (``postgresql+psycopg://user:pw@host/db``)."""
 
     driver_error = psycopg.Error
 
-    def __init__(self, url: str, *, pool_size: int = 5, echo: bool = False) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool_size: int = 5,
+        echo: bool = False,
+        ping_after_idle_s: float = 0.5,
+    ) -> None:
         u = make_url(url)
         if u.drivername in ("postgresql", "postgres"):
             u = u.set(drivername="postgresql+psycopg")  # psycopg 3, not the psycopg2 default
-        engine = create_engine(u, pool_pre_ping=True, pool_size=pool_size, echo=echo)
+        engine = create_engine(u, pool_size=pool_size, echo=echo)
+        self._ping_after = float(ping_after_idle_s)
+        # Pooled connections checked in before this (monotonic) instant are suspect: a
+        # connection failed since, so the server may have dropped them all.
+        self._suspect_before = 0.0
+        # Set (per thread) while the append fast path checks out its connection.
+        self._hot = threading.local()
+        event.listen(engine, "checkin", _on_checkin)
+        event.listen(engine, "checkout", self._on_checkout)
         super().__init__(engine, url)
+
+    def _on_checkout(self, dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        """Liveness check at checkout, without a round trip on the append hot path.
+
+        Every checkout is pre-pinged (one round trip), except the append fast path's: its
+        connection is pinged only when it is suspect — idle in the pool longer than
+        ``ping_after_idle_s`` (HikariCP's alive-bypass window), its socket has something to
+        read (the server closed it or sent a FATAL message while it sat idle: terminated
+        backend, restart, crash), or a connection failed since it was checked in. A dead
+        one raises ``DisconnectionError``: the pool discards it and checks out a fresh one.
+
+        Why not skip the ping for reads too: a backend killed a moment before the checkout
+        may not have closed its socket yet, and then the first statement fails. A read would
+        surface that as an error although nothing was wrong with the session; an append can
+        fail that way mid-flight anyway (retryable ``StorageError``), so its hot loop takes
+        the bypass and every other call keeps the silent replacement.
+        """
+        since = record.info.get(_CHECKED_IN)
+        if since is None:
+            return  # just connected
+        if dbapi_conn.closed or dbapi_conn.broken:
+            raise DisconnectionError("the pooled connection is closed")
+        if (
+            getattr(self._hot, "active", False)
+            and time.monotonic() - since <= self._ping_after
+            and since > self._suspect_before
+            and not _readable(dbapi_conn)
+        ):
+            return
+        try:
+            self.engine.dialect.do_ping(dbapi_conn)
+        except Exception as exc:  # noqa: BLE001 - any failure: replace the connection
+            raise DisconnectionError(f"the pooled connection is dead: {exc}") from exc
 
     def append_fast(
         self,
@@ -168,16 +237,28 @@ class PostgresStorage(SqlStorage):
             "s_rests": [n.rest for n in snapshots],
             "s_digests": [n.message_digests for n in snapshots],
         }
-        with self._errors(), self.engine.connect() as conn:
-            # A single statement is atomic: autocommit spares the BEGIN and COMMIT round trips.
-            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-            cur: Any = conn.connection.cursor()  # a psycopg cursor: binary=, %b
+        sql = _APPEND_FAST if snapshots or blobs else _APPEND_FAST_NO_SNAPSHOT
+        with self._errors():
+            # The pooled psycopg connection itself (no SQLAlchemy Connection around it).
+            self._hot.active = True
             try:
-                sql = _APPEND_FAST if snapshots or blobs else _APPEND_FAST_NO_SNAPSHOT
-                cur.execute(sql, params, binary=True)
-                (count,) = cur.fetchone()
+                fairy = self.engine.raw_connection()
             finally:
-                cur.close()
+                self._hot.active = False
+            try:
+                pg: Any = fairy.driver_connection
+                # A single statement is atomic: autocommit spares the BEGIN and COMMIT
+                # round trips.
+                pg.autocommit = True
+                try:
+                    with pg.cursor() as cur:  # a psycopg cursor: binary=, %b
+                        cur.execute(sql, params, binary=True)
+                        (count,) = cur.fetchone()
+                finally:
+                    if not (pg.closed or pg.broken):  # a broken one is replaced at checkout
+                        pg.autocommit = False
+            finally:
+                fairy.close()
         return bool(count == len(rows))
 
     def _lock_clause(self, stmt: Any) -> Any:
@@ -214,6 +295,9 @@ class PostgresStorage(SqlStorage):
             # e.g. "index row requires N bytes": an OperationalError, yet a retry never helps.
             return ErrorKind.OTHER
         if invalidated or isinstance(orig, _RETRYABLE):
+            if invalidated or isinstance(orig, psycopg.OperationalError):
+                # Maybe the server went away: ping every pooled connection once.
+                self._suspect_before = time.monotonic()
             return ErrorKind.RETRYABLE
         return ErrorKind.OTHER
 
