@@ -472,6 +472,8 @@ PART_TYPES: tuple[str, ...] = (
 
 _ACTION_CLASSES = (SendAction, PartAction, ToolPhaseAction, StopAction, RetryAction, ResetAction)
 _ACTION_ADAPTER: TypeAdapter[Any] = TypeAdapter(Action)
+# A whole batch in one call into pydantic-core (parse_actions' fast path).
+_ACTIONS_ADAPTER: TypeAdapter[Any] = TypeAdapter(list[Action])
 
 
 # --------------------------------------------------------------------------- parsing
@@ -556,6 +558,43 @@ def check_json(value: Any, path: str = "") -> None:
             raise InvalidEvent(
                 f"expected a JSON value, got {_json_type(v)}", field=p or None
             )
+
+
+def _is_plain_json(value: Any) -> bool:
+    """:func:`check_json` without the error: ``True`` when it would accept ``value``.
+
+    The hot path of a batch append: no location strings are built (those are only
+    needed for the error, which :func:`check_json` then produces).
+    """
+    stack: list[Any] = [value]
+    pop, push, extend = stack.pop, stack.append, stack.extend
+    isfinite = math.isfinite
+    while stack:
+        v = pop()
+        t = type(v)
+        if t is str:
+            if not v.isascii():
+                try:
+                    v.encode("utf-8")
+                except UnicodeEncodeError:
+                    return False
+        elif t is dict:
+            for k in v:
+                if type(k) is not str:
+                    return False
+                push(k)
+            extend(v.values())
+        elif t is list:
+            extend(v)
+        elif t is int:
+            if not _INT_MIN <= v <= _INT_MAX:
+                return False
+        elif t is float:
+            if not isfinite(v):
+                return False
+        elif v is not None and t is not bool:
+            return False
+    return True
 
 
 def _loc_to_field(loc: tuple[int | str, ...], obj: Mapping[str, Any]) -> tuple[str, ...]:
@@ -690,8 +729,19 @@ def parse_actions(actions: Iterable[Mapping[str, Any] | Action]) -> list[Action]
     Raises:
         InvalidEvent: for the first malformed action, with ``index`` set to its position.
     """
+    items = actions if type(actions) is list else list(actions)
+    if items and all(type(a) is dict for a in items) and _is_plain_json(items):
+        # Fast path: one pydantic-core call for the batch. On any problem, fall through to
+        # the per-action loop, which finds the first bad action and words the error.
+        try:
+            batch: list[Action] = _ACTIONS_ADAPTER.validate_python(
+                items, by_alias=True, by_name=False
+            )
+            return batch
+        except ValidationError:
+            pass
     out: list[Action] = []
-    for i, obj in enumerate(actions):
+    for i, obj in enumerate(items):
         try:
             out.append(parse_action(obj))
         except InvalidEvent as exc:

@@ -68,6 +68,7 @@ _EVENT_COLS = (
     events.c.metadata,
     events.c.hash,
 )
+_EVENT_KEYS = tuple(c.name for c in _EVENT_COLS)  # EventRow's field order
 _SESSION_COLS = tuple(sessions.c)
 _SNAPSHOT_COLS = tuple(snapshots.c)
 
@@ -506,6 +507,33 @@ class SqlStorage(Storage):
     # -- events -------------------------------------------------------------------------
 
     def insert_events(self, tx: Tx, rows: Sequence[EventRow]) -> None:
+        q = self._q_insert_events
+        if q.keys == _EVENT_KEYS and not q.defaults:
+            # Positional (SQLite's qmark) in EventRow's field order: the tuples go straight
+            # to the driver's executemany, no per-row dict.
+            cur = tx.connection.cursor()
+            try:
+                cur.executemany(
+                    q.sql,
+                    [
+                        (
+                            r.session_pk,
+                            r.version,
+                            r.event_id,
+                            r.type,
+                            r.turn,
+                            r.payload,
+                            r.recorded_at,
+                            r.actor,
+                            r.metadata,
+                            r.hash,
+                        )
+                        for r in rows
+                    ],
+                )
+            finally:
+                cur.close()
+            return
         self._runmany(
             tx,
             self._q_insert_events,

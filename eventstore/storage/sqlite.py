@@ -10,11 +10,13 @@ up front (and waited for through ``busy_timeout``), a plain ``BEGIN`` for reads.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, create_engine, event
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
+from .base import EventRow, SnapshotRow
 from .schema import snapshots
 from .sql import ErrorKind, SqlStorage
 
@@ -46,6 +48,15 @@ DROP_IMMUTABILITY_DDL_V1 = (
     "DROP TRIGGER IF EXISTS events_no_delete",
     "DROP TRIGGER IF EXISTS events_no_update",
 )
+
+
+class _RawTx:
+    """What the statement helpers of ``sql.py`` need of a transaction: ``.connection``."""
+
+    __slots__ = ("connection",)
+
+    def __init__(self, connection: Any) -> None:
+        self.connection = connection
 
 
 class SQLiteStorage(SqlStorage):
@@ -80,6 +91,44 @@ class SQLiteStorage(SqlStorage):
 
     def _begin_write(self, conn: Connection) -> None:
         conn.execution_options(**{_WRITE: True})
+
+    def append_fast(
+        self,
+        session_pk: int,
+        old_head: int,
+        old_hash: bytes,
+        rows: Sequence[EventRow],
+        head_turn: int,
+        snapshots: Sequence[SnapshotRow],
+        blobs: Mapping[bytes, bytes],
+    ) -> bool:
+        # The hot path on the pooled sqlite3 connection itself: BEGIN IMMEDIATE, the
+        # checked head move, executemany of the batch, the snapshots, COMMIT — without a
+        # SQLAlchemy Connection and its begin/commit events around it.
+        with self._errors():
+            fairy = self.engine.raw_connection()
+            try:
+                tx = _RawTx(fairy)
+                cur = fairy.cursor()
+                try:
+                    cur.execute("BEGIN IMMEDIATE")
+                    try:
+                        moved = self.append_at(tx, session_pk, old_head, old_hash, rows, head_turn)
+                        if moved:
+                            for i, snap in enumerate(snapshots):
+                                self.put_snapshot(tx, snap, blobs if i == 0 else {})
+                            cur.execute("COMMIT")
+                            return True
+                        cur.execute("ROLLBACK")
+                        return False
+                    except BaseException:
+                        if fairy.driver_connection.in_transaction:
+                            cur.execute("ROLLBACK")
+                        raise
+                finally:
+                    cur.close()
+            finally:
+                fairy.close()
 
     def _insert_ignore(self, table: Any) -> Any:
         return sqlite_insert(table).on_conflict_do_nothing()
