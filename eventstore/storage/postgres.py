@@ -310,7 +310,9 @@ class PostgresStorage(SqlStorage):
             conn = conn.execution_options(isolation_level="AUTOCOMMIT")
             cur: Any = conn.connection.cursor()
             try:
-                cur.execute(_LOAD, params, binary=True)
+                # Prepared at its first use on a connection, not the sixth: a cold load
+                # then skips parsing and analysing this statement on every execution.
+                cur.execute(_LOAD, params, binary=True, prepare=True)
                 r = cur.fetchone()
             finally:
                 cur.close()
