@@ -22,6 +22,13 @@ from eventstore.samples import chat_session, random_actions
 from eventstore.store import EventStore
 
 
+def test_storage_slices_digests_of_the_codecs_size() -> None:
+    from eventstore import codec
+    from eventstore.storage import base
+
+    assert base.DIGEST_SIZE == codec.DIGEST_SIZE
+
+
 def _general(store: EventStore, session: str, version: int) -> dict[str, Any]:
     with store._storage.read() as tx:
         row = store._storage.get_session(tx, session)
@@ -97,3 +104,33 @@ def test_a_missing_blob_is_a_storage_error(db_url: str, raw_engine: Engine) -> N
             store.load("s")
         with pytest.raises(StorageError, match="missing message blob"):
             store.load("kid")
+
+
+@pytest.mark.parametrize("socket_shows_it", [True, False])
+def test_a_load_survives_killed_pooled_connections(
+    pg_schema: str, monkeypatch: pytest.MonkeyPatch, socket_shows_it: bool
+) -> None:
+    # The load skips the checkout's pre-ping; a dead pooled connection must cost a retry,
+    # never an error, since a read is idempotent. With `socket_shows_it` False the checkout
+    # cannot tell (a backend killed a moment ago): the statement itself fails and is retried.
+    import psycopg
+
+    import eventstore.storage.postgres as pg_mod
+
+    if not socket_shows_it:
+        monkeypatch.setattr(pg_mod, "_readable", lambda _conn: False)
+    actions = chat_session(2, seed=3)
+    with make_store(pg_schema, snapshot_every=16) as store:
+        store.append("s", actions)
+        expected = fold_json(None, actions)
+        assert store.load("s").to_json() == expected
+        dsn = pg_schema.replace("postgresql+psycopg://", "postgresql://", 1)
+        for _ in range(3):
+            with psycopg.connect(dsn, autocommit=True) as admin:
+                admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE pid <> pg_backend_pid() AND datname = current_database() "
+                    "AND backend_type = 'client backend'"
+                )
+            assert store.load("s").to_json() == expected
+            assert store.load("s", 5).to_json() == fold_json(None, actions[:5])

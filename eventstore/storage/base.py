@@ -23,7 +23,6 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from ..codec import DIGEST_SIZE
 from ..errors import StorageError
 
 __all__ = [
@@ -41,6 +40,10 @@ __all__ = [
 
 #: The hash a root session's first event chains from.
 ZERO_HASH = b"\x00" * 32
+
+#: Bytes per message digest in a snapshot's ``message_digests`` (the codec's
+#: ``DIGEST_SIZE``; storage only slices the concatenation, it never computes one).
+DIGEST_SIZE = 16
 
 #: An open transaction, opaque to callers (a SQLAlchemy ``Connection`` in practice).
 Tx = Any

@@ -18,8 +18,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DisconnectionError
 
-from ..codec import DIGEST_SIZE
-from .base import EventRow, LoadParts, SnapshotRow
+from .base import DIGEST_SIZE, EventRow, LoadParts, SnapshotRow
 from .schema import snapshots
 from .sql import ErrorKind, SqlStorage, _session
 
@@ -305,17 +304,17 @@ class PostgresStorage(SqlStorage):
         self, session_id: str, version: int | None, reducer_version: int
     ) -> LoadParts | None:
         params = {"id": session_id, "version": version, "rv": reducer_version}
-        with self._errors(), self.engine.connect() as conn:
-            # One statement sees one snapshot of the database: no BEGIN/COMMIT needed.
-            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-            cur: Any = conn.connection.cursor()
+        with self._errors():
             try:
-                # Prepared at its first use on a connection, not the sixth: a cold load
-                # then skips parsing and analysing this statement on every execution.
-                cur.execute(_LOAD, params, binary=True, prepare=True)
-                r = cur.fetchone()
-            finally:
-                cur.close()
+                # Without the checkout's pre-ping round trip (the append fast path's
+                # alive-bypass window)...
+                r = self._load_row(params, hot=True)
+            except psycopg.OperationalError:
+                # ...and, since a read is idempotent, once more on a pinged connection if
+                # that one turned out dead (killed backend, server restart): a load never
+                # fails for a connection that was merely stale.
+                self._suspect_before = time.monotonic()
+                r = self._load_row(params, hot=False)
         if r is None:
             return LoadParts(None)
         row = _session(r)
@@ -332,6 +331,32 @@ class PostgresStorage(SqlStorage):
             tail=r[16] or b"",
             n_tail=r[17],
         )
+
+    def _load_row(self, params: Mapping[str, Any], *, hot: bool) -> Any:
+        """The one row of :data:`_LOAD`, on the pooled psycopg connection itself."""
+        self._hot.active = hot
+        try:
+            fairy = self.engine.raw_connection()
+        finally:
+            self._hot.active = False
+        try:
+            pg: Any = fairy.driver_connection
+            # One statement sees one snapshot of the database: no BEGIN/COMMIT needed.
+            pg.autocommit = True
+            try:
+                with pg.cursor() as cur:
+                    # Prepared at its first use on a connection, not the sixth: a cold
+                    # load then skips parsing and analysing the statement every time.
+                    cur.execute(_LOAD, params, binary=True, prepare=True)
+                    return cur.fetchone()
+            finally:
+                if not (pg.closed or pg.broken):  # a broken one is replaced at checkout
+                    pg.autocommit = False
+        except psycopg.OperationalError:
+            fairy.invalidate()
+            raise
+        finally:
+            fairy.close()
 
 
 # A root session's load in one round trip: the session row, its newest usable snapshot

@@ -29,9 +29,9 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect, make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from ..codec import DIGEST_SIZE
 from ..errors import ConcurrencyError, EventStoreError, SchemaError, StorageError
 from .base import (
+    DIGEST_SIZE,
     EventIdRace,
     EventRow,
     LoadParts,
