@@ -96,6 +96,7 @@ __all__ = ["EventStore", "DEFAULT_SNAPSHOT_EVERY"]
 
 #: Chosen from ``python -m benchmarks store`` (see benchmarks/RESULTS.md, "## Store").
 DEFAULT_SNAPSHOT_EVERY = 128
+_MAX_VERSION = 2**31 - 1  # versions are 32-bit integers in the schema
 
 _HISTORY_CHUNK = 1000
 _STATE_CACHE = 32
@@ -923,6 +924,14 @@ class EventStore:
             elif row.head > start and prev != row.head_hash:
                 problems.append(
                     f"session {row.id!r} version {row.head}: head hash does not match the chain"
+                )
+            # INSERT is allowed to the application, so rows can be forged past the head too;
+            # they are outside the chain walked above and would block the next append.
+            beyond = st.read_events(tx, row.pk, after=row.head, upto=_MAX_VERSION, limit=1)
+            if beyond:
+                problems.append(
+                    f"session {row.id!r} version {beyond[0].version}: event rows beyond the "
+                    f"head ({row.head}) were written behind the library's back"
                 )
         return checked, n_snaps
 

@@ -203,6 +203,22 @@ def test_a_forged_head_event_is_named(tamper_store: EventStore, admin: Engine, d
     _assert_found(tamper_store, db_url, "victim", N)
 
 
+def test_a_row_forged_past_the_head_is_named(
+    tamper_store: EventStore, admin: Engine, db_url: str, backend: str
+) -> None:
+    # A plain INSERT needs no trigger bypass: the application role may insert.
+    with admin.begin() as conn:
+        pk = _pk(conn, "victim")
+        conn.execute(
+            text(
+                "INSERT INTO events (session_pk, version, type, turn, payload, recorded_at, hash)"
+                " VALUES (:pk, :v, 'stop', 0, :p, 0, :h)"
+            ),
+            {"pk": pk, "v": N + 1, "p": b'{"type":"stop"}', "h": hashlib.sha256(b"x").digest()},
+        )
+    _assert_found(tamper_store, db_url, "victim", N + 1)
+
+
 def test_an_altered_snapshot_is_named(tamper_store: EventStore, admin: Engine, db_url: str, backend: str) -> None:
     with admin.begin() as conn:  # snapshots carry no trigger: verify is their guard
         n = conn.execute(
