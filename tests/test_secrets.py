@@ -116,6 +116,8 @@ def test_a_rejected_password_is_a_clear_error_without_the_password(
     # ...the wrong one is refused, and neither appears anywhere.
     errors = _check_store(scram_cluster.url("postgres", quote(WRONG, safe="")), all_logs)
     assert all("password authentication failed" in str(e) for e in errors), errors[0]
+    # Trying again cannot help: the caller must fix its configuration, not retry.
+    assert not any(e.retryable for e in errors)
 
 
 def _cli(args: list[str], env_url: str | None = None) -> subprocess.CompletedProcess[str]:

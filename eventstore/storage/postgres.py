@@ -135,6 +135,25 @@ def _readable(dbapi_conn: Any) -> bool:
     return bool(r)
 
 
+# libpq reports these at connect time as a plain OperationalError (often without a
+# SQLSTATE), so they are recognised by SQLSTATE class 28 / 3D000 or by libpq's wording.
+_CONFIG_ERRORS = (
+    "password authentication failed",
+    "no password supplied",
+    "authentication failed",
+    "does not exist",
+    "no pg_hba.conf entry",
+)
+
+
+def _is_config_error(exc: BaseException) -> bool:
+    sqlstate = getattr(exc, "sqlstate", None) or ""
+    if sqlstate.startswith("28") or sqlstate == "3D000":
+        return True
+    text = str(exc)
+    return any(phrase in text for phrase in _CONFIG_ERRORS)
+
+
 class PostgresStorage(SqlStorage):
     """Storage on PostgreSQL (``postgresql+psycopg://user:pw@host/db``)."""
 
@@ -292,6 +311,9 @@ class PostgresStorage(SqlStorage):
             return ErrorKind.NO_SCHEMA
         if isinstance(orig, psycopg.errors.ProgramLimitExceeded) and not invalidated:
             # e.g. "index row requires N bytes": an OperationalError, yet a retry never helps.
+            return ErrorKind.OTHER
+        if isinstance(orig, psycopg.OperationalError) and _is_config_error(orig):
+            # A wrong password, user or database fails the same way on every try.
             return ErrorKind.OTHER
         if invalidated or isinstance(orig, _RETRYABLE):
             if invalidated or isinstance(orig, psycopg.OperationalError):
