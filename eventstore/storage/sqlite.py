@@ -122,7 +122,8 @@ class SQLiteStorage(SqlStorage):
                         cur.execute("ROLLBACK")
                         return False
                     except BaseException:
-                        if fairy.driver_connection.in_transaction:
+                        dbapi = fairy.driver_connection
+                        if dbapi is not None and dbapi.in_transaction:
                             cur.execute("ROLLBACK")
                         raise
                 finally:
