@@ -774,7 +774,7 @@ def import_(
         SessionExists: a session of the file exists with a different history.
         SessionNotFound: a branch's parent is neither in the file nor in the store.
     """
-    header, blocks = _parse(src)
+    _header, blocks = _parse(src)
     for b in blocks:
         _verify_block(b)
     total = sum(len(b.events) for b in blocks)

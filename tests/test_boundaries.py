@@ -23,7 +23,7 @@ def _imports(path: Path) -> list[tuple[str, list[str]]]:
     """(absolute module, imported names) for every import in a file of the package."""
     tree = ast.parse(path.read_text(), filename=str(path))
     rel = path.relative_to(ROOT).with_suffix("")
-    package = list(rel.parts[:-1]) if rel.name != "__init__" else list(rel.parts[:-1])
+    package = list(rel.parts[:-1])
     out: list[tuple[str, list[str]]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):

@@ -17,18 +17,14 @@ from __future__ import annotations
 
 import copy
 import json
-import math
-import os
 import random
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, assume, example, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eventstore import samples
@@ -274,7 +270,7 @@ def test_random_bytes_are_refused_or_accepted_never_crash(raw: bytes) -> None:
 
 # --------------------------------------------------------------------------- the store
 
-from eventstore.errors import SessionNotFound, StorageError  # noqa: E402
+from eventstore.errors import SessionNotFound  # noqa: E402
 from eventstore.store import EventStore  # noqa: E402
 
 MAX_EVENT_BYTES = 64 * 1024
