@@ -30,7 +30,7 @@ truncates in place. A part naming an unknown id scans the whole conversation.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from .errors import InvalidEvent
@@ -127,8 +127,8 @@ def _find_message(messages: list[Any], message_id: str) -> int:
     return -1
 
 
-def _find_call(messages: list[Any], call_id: str) -> Path | None:
-    """Relative path (from ``messages``) of the newest tool part with ``call_id``.
+def _find_tool(messages: list[Any], match: Callable[[Any], bool]) -> Path | None:
+    """Relative path (from ``messages``) of the newest tool part that ``match`` accepts.
 
     "Newest" is last in document order, where a call's nested messages come right after
     the call: walking backwards, a call's nested run is searched before the call itself.
@@ -141,30 +141,22 @@ def _find_call(messages: list[Any], call_id: str) -> Path | None:
                 continue
             agent = p.get("agent")
             if agent is not None:
-                sub = _find_call(agent["messages"], call_id)
+                sub = _find_tool(agent["messages"], match)
                 if sub is not None:
                     return (i, "parts", j, "agent", "messages", *sub)
-            if p["id"] == call_id:
+            if match(p):
                 return (i, "parts", j)
     return None
+
+
+def _find_call(messages: list[Any], call_id: str) -> Path | None:
+    """Relative path (from ``messages``) of the newest tool part with ``call_id``."""
+    return _find_tool(messages, lambda p: bool(p["id"] == call_id))
 
 
 def _find_open_named(messages: list[Any], name: str) -> Path | None:
     """Relative path of the newest open call named ``name`` (same order as :func:`_find_call`)."""
-    for i in range(len(messages) - 1, -1, -1):
-        parts = messages[i]["parts"]
-        for j in range(len(parts) - 1, -1, -1):
-            p = parts[j]
-            if p["type"] != "tool":
-                continue
-            agent = p.get("agent")
-            if agent is not None:
-                sub = _find_open_named(agent["messages"], name)
-                if sub is not None:
-                    return (i, "parts", j, "agent", "messages", *sub)
-            if p["name"] == name and p["state"] in _OPEN:
-                return (i, "parts", j)
-    return None
+    return _find_tool(messages, lambda p: bool(p["name"] == name and p["state"] in _OPEN))
 
 
 def _open_calls(messages: list[Any], prefix: Path, out: list[Path]) -> list[Path]:

@@ -19,7 +19,6 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DisconnectionError
 
 from .base import DIGEST_SIZE, EventRow, LoadParts, SnapshotRow
-from .schema import snapshots
 from .sql import ErrorKind, SqlStorage, _session
 
 __all__ = ["PostgresStorage", "IMMUTABILITY_DDL_V1", "DROP_IMMUTABILITY_DDL_V1"]
@@ -282,19 +281,8 @@ class PostgresStorage(SqlStorage):
     def _lock_clause(self, stmt: Any) -> Any:
         return stmt.with_for_update()
 
-    def _insert_ignore(self, table: Any) -> Any:
-        return pg_insert(table).on_conflict_do_nothing()
-
-    def _upsert_snapshot(self) -> Any:
-        stmt = pg_insert(snapshots)
-        return stmt.on_conflict_do_update(
-            index_elements=[snapshots.c.session_pk, snapshots.c.version],
-            set_={
-                "reducer_version": stmt.excluded.reducer_version,
-                "rest": stmt.excluded.rest,
-                "message_digests": stmt.excluded.message_digests,
-            },
-        )
+    def _insert(self, table: Any) -> Any:
+        return pg_insert(table)
 
     def _migration_lock(self, conn: Connection) -> None:
         conn.execute(select(func.pg_advisory_xact_lock(_MIGRATION_LOCK)))

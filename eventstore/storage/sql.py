@@ -274,13 +274,25 @@ class SqlStorage(Storage):
         """Add row locking to a SELECT (PostgreSQL: FOR UPDATE)."""
         return stmt
 
+    def _insert(self, table: Any) -> Any:
+        """The dialect's INSERT with ON CONFLICT (PostgreSQL and SQLite spell it alike)."""
+        raise NotImplementedError
+
     def _insert_ignore(self, table: Any) -> Any:
         """An INSERT that skips rows whose key exists."""
-        raise NotImplementedError
+        return self._insert(table).on_conflict_do_nothing()
 
     def _upsert_snapshot(self) -> Any:
         """An INSERT into snapshots that replaces a row with the same key."""
-        raise NotImplementedError
+        stmt = self._insert(snapshots)
+        return stmt.on_conflict_do_update(
+            index_elements=[snapshots.c.session_pk, snapshots.c.version],
+            set_={
+                "reducer_version": stmt.excluded.reducer_version,
+                "rest": stmt.excluded.rest,
+                "message_digests": stmt.excluded.message_digests,
+            },
+        )
 
     def _migration_lock(self, conn: Connection) -> None:
         """Serialise concurrent migrations (PostgreSQL: an advisory lock)."""

@@ -17,7 +17,6 @@ from sqlalchemy import Connection, create_engine, event
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from .base import EventRow, SnapshotRow
-from .schema import snapshots
 from .sql import ErrorKind, SqlStorage
 
 __all__ = ["SQLiteStorage", "IMMUTABILITY_DDL_V1", "DROP_IMMUTABILITY_DDL_V1"]
@@ -131,19 +130,8 @@ class SQLiteStorage(SqlStorage):
             finally:
                 fairy.close()
 
-    def _insert_ignore(self, table: Any) -> Any:
-        return sqlite_insert(table).on_conflict_do_nothing()
-
-    def _upsert_snapshot(self) -> Any:
-        stmt = sqlite_insert(snapshots)
-        return stmt.on_conflict_do_update(
-            index_elements=[snapshots.c.session_pk, snapshots.c.version],
-            set_={
-                "reducer_version": stmt.excluded.reducer_version,
-                "rest": stmt.excluded.rest,
-                "message_digests": stmt.excluded.message_digests,
-            },
-        )
+    def _insert(self, table: Any) -> Any:
+        return sqlite_insert(table)
 
     def _classify(self, orig: BaseException | None, invalidated: bool) -> ErrorKind:
         text = str(orig)
