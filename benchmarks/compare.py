@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import gc
 import json
 import math
 import multiprocessing as mp
@@ -51,6 +50,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from benchmarks._common import run_times
 from benchmarks.peers import KEYS, Unsupported, make_target, unavailable
 from benchmarks.peers.base import Action, drop_database
 from eventstore.reducer import fold
@@ -81,14 +81,7 @@ def reference(actions: Sequence[Action]) -> dict[str, Any]:
 
 
 def _median_ms(fn: Callable[[], Any], repeats: int) -> float:
-    fn()  # warm-up
-    samples = []
-    for _ in range(repeats):
-        gc.collect()
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples) * 1000
+    return statistics.median(run_times(fn, repeats, warmup=1)) * 1000
 
 
 def _pct(values: list[float], q: float) -> float:

@@ -26,19 +26,18 @@ import datetime as dt
 import gc
 import json
 import math
-import os
-import platform
 import re
 import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from benchmarks._common import machine as _machine
+from benchmarks._common import timed
 from eventstore.reducer import fold, fold_json
 from eventstore.samples import chat_session
 
@@ -57,15 +56,7 @@ def _time(fn: Callable[[], Any], repeats: int, warmup: int = 2) -> dict[str, flo
     with other work, and preemption would otherwise dominate the spread. The garbage
     collector stays on, as in production; the heap is collected before each run.
     """
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(repeats):
-        gc.collect()
-        t0 = time.process_time_ns()
-        fn()
-        samples.append((time.process_time_ns() - t0) / 1e9)
-    return {"median": statistics.median(samples), "best": min(samples)}
+    return timed(fn, repeats, warmup, clock=time.process_time_ns)
 
 
 def _time_interleaved(
@@ -251,19 +242,7 @@ def measure(turns: int = 50, repeats: int = 15, sizes: Sequence[int] = (1_000, 1
 
 def machine() -> dict[str, Any]:
     """Where the figures come from: OS, CPUs, Python and the versions that matter."""
-
-    def version(pkg: str) -> str:
-        try:
-            return metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            return "-"
-
-    return {
-        "uname": " ".join(platform.uname()),
-        "nproc": os.cpu_count(),
-        "python": sys.version.split()[0] + f" ({platform.python_implementation()})",
-        "packages": {p: version(p) for p in ("eventstore", "orjson", "pydantic", "pydantic-core")},
-    }
+    return _machine(("eventstore", "orjson", "pydantic", "pydantic-core"), implementation=True)
 
 
 def _ms(seconds: float) -> str:

@@ -37,24 +37,22 @@ import hashlib
 import json
 import multiprocessing as mp
 import os
-import platform
 import random
 import re
 import sqlite3
-import statistics
 import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from importlib import metadata
 from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any
 
 import orjson
 
+from benchmarks._common import machine
 from eventstore.errors import SessionNotFound, StorageError
 from eventstore.reducer import fold
 from eventstore.samples import random_actions
@@ -333,18 +331,7 @@ def _pg_url(admin: str) -> Iterator[str]:
 
 
 def _machine() -> dict[str, Any]:
-    def version(pkg: str) -> str:
-        try:
-            return metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            return "-"
-
-    return {
-        "uname": " ".join(platform.uname()),
-        "nproc": os.cpu_count(),
-        "python": sys.version.split()[0],
-        "packages": {p: version(p) for p in ("eventstore", "sqlalchemy", "psycopg", "orjson")},
-    }
+    return machine(("eventstore", "sqlalchemy", "psycopg", "orjson"))
 
 
 ROWS = [

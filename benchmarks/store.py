@@ -43,6 +43,7 @@ import orjson
 import psycopg
 from psycopg.types.json import set_json_loads
 
+from benchmarks._common import run_times
 from eventstore.reducer import fold_json
 from eventstore.samples import chat_session
 from eventstore.store import DEFAULT_SNAPSHOT_EVERY, EventStore
@@ -59,15 +60,7 @@ TURNS = (10, 50, 200)
 
 
 def _median_time(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> float:
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(repeats):
-        gc.collect()
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples)
+    return statistics.median(run_times(fn, repeats, warmup))
 
 
 def _paired(raw: Callable[[], Any], ours: Callable[[], Any], repeats: int) -> tuple[float, float]:

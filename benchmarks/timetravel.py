@@ -35,7 +35,6 @@ import gc
 import io
 import json
 import os
-import platform
 import re
 import statistics
 import sys
@@ -43,11 +42,12 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from importlib import metadata
 from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any
 
+from benchmarks._common import machine as _machine
+from benchmarks._common import timed
 from eventstore import EventStore
 from eventstore.samples import chat_session
 
@@ -60,15 +60,7 @@ BATCH = 1_000
 
 
 def _time(fn: Callable[[], Any], repeats: int, warmup: int = 2) -> dict[str, float]:
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(repeats):
-        gc.collect()
-        t0 = time.perf_counter_ns()
-        fn()
-        samples.append((time.perf_counter_ns() - t0) / 1e9)
-    return {"median": statistics.median(samples), "best": min(samples)}
+    return timed(fn, repeats, warmup)
 
 
 def _time_pair(
@@ -207,18 +199,7 @@ def measure_backend(
 
 
 def machine() -> dict[str, Any]:
-    def version(pkg: str) -> str:
-        try:
-            return metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            return "-"
-
-    return {
-        "uname": " ".join(platform.uname()),
-        "nproc": os.cpu_count(),
-        "python": sys.version.split()[0],
-        "packages": {p: version(p) for p in ("eventstore", "sqlalchemy", "psycopg", "orjson")},
-    }
+    return _machine(("eventstore", "sqlalchemy", "psycopg", "orjson"))
 
 
 def measure(big: int, repeats: int, pg: str | None) -> dict[str, Any]:

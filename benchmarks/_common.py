@@ -1,0 +1,74 @@
+"""What the benchmark modules share: the machine header of a report, and timed runs."""
+
+from __future__ import annotations
+
+import gc
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from importlib import metadata
+from typing import Any
+
+__all__ = ["machine", "run_times", "timed"]
+
+
+def _version(pkg: str) -> str:
+    try:
+        return metadata.version(pkg)
+    except metadata.PackageNotFoundError:
+        return "-"
+
+
+def machine(packages: Sequence[str], *, implementation: bool = False) -> dict[str, Any]:
+    """Where the figures come from: OS, CPUs, Python and the versions of ``packages``.
+
+    Args:
+        packages: distributions whose installed versions go in the header ("-" if absent).
+        implementation: append the Python implementation to its version ("3.12.1 (CPython)").
+    """
+    python = sys.version.split()[0]
+    if implementation:
+        python += f" ({platform.python_implementation()})"
+    return {
+        "uname": " ".join(platform.uname()),
+        "nproc": os.cpu_count(),
+        "python": python,
+        "packages": {p: _version(p) for p in packages},
+    }
+
+
+def run_times(
+    fn: Callable[[], Any],
+    repeats: int,
+    warmup: int,
+    clock: Callable[[], int] = time.perf_counter_ns,
+) -> list[float]:
+    """Seconds taken by each of ``repeats`` runs of ``fn``, after ``warmup`` unmeasured runs.
+
+    The garbage collector stays on, as in production; the heap is collected before each
+    run. ``clock`` counts nanoseconds (wall time by default; ``time.process_time_ns`` for
+    the CPU time of this process).
+    """
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeats):
+        gc.collect()
+        t0 = clock()
+        fn()
+        samples.append((clock() - t0) / 1e9)
+    return samples
+
+
+def timed(
+    fn: Callable[[], Any],
+    repeats: int,
+    warmup: int = 2,
+    clock: Callable[[], int] = time.perf_counter_ns,
+) -> dict[str, float]:
+    """Median and best of :func:`run_times`, in seconds."""
+    samples = run_times(fn, repeats, warmup, clock)
+    return {"median": statistics.median(samples), "best": min(samples)}
