@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -29,6 +29,7 @@ __all__ = [
     "encode_metadata",
     "decode_metadata",
     "chain_hash",
+    "recorded_hash",
     "SnapshotCodec",
     "decode_many",
 ]
@@ -136,6 +137,49 @@ def chain_hash(
         h.update(len(metadata).to_bytes(4, "big"))
         h.update(metadata)
     return h.digest()
+
+
+class HashedFields(Protocol):
+    """What :func:`recorded_hash` reads of a stored event (e.g. a storage ``EventRow``)."""
+
+    @property
+    def version(self) -> int: ...
+    @property
+    def event_id(self) -> str | None: ...
+    @property
+    def type(self) -> str: ...
+    @property
+    def turn(self) -> int: ...
+    @property
+    def payload(self) -> bytes: ...
+    @property
+    def recorded_at(self) -> int: ...
+    @property
+    def actor(self) -> str | None: ...
+    @property
+    def metadata(self) -> bytes | None: ...
+
+
+def recorded_hash(prev: bytes, session_id: str, event: HashedFields) -> bytes:
+    """The chain hash a stored event should carry, recomputed from its fields.
+
+    Args:
+        prev: the previous event's hash in the chain.
+        session_id: the id of the session that recorded the event.
+        event: the stored event's fields.
+    """
+    return chain_hash(
+        prev,
+        session_id=session_id,
+        version=event.version,
+        event_id=event.event_id,
+        type=event.type,
+        turn=event.turn,
+        payload=event.payload,
+        recorded_at=event.recorded_at,
+        actor=event.actor,
+        metadata=event.metadata,
+    )
 
 
 class SnapshotCodec:

@@ -42,6 +42,7 @@ import orjson
 from .codec import (
     SnapshotCodec,
     chain_hash,
+    recorded_hash,
     decode_many,
     decode_metadata,
     decode_payload,
@@ -882,18 +883,7 @@ class EventStore:
                                 f"{where}: versions {expected}..{e.version - 1} are missing"
                             )
                         expected = e.version + 1
-                        h = chain_hash(
-                            prev,
-                            session_id=who,
-                            version=e.version,
-                            event_id=e.event_id,
-                            type=e.type,
-                            turn=e.turn,
-                            payload=e.payload,
-                            recorded_at=e.recorded_at,
-                            actor=e.actor,
-                            metadata=e.metadata,
-                        )
+                        h = recorded_hash(prev, who, e)
                         if h != e.hash:
                             problems.append(
                                 f"{where}: hash mismatch (the event or its chain was altered)"

@@ -35,7 +35,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
-from .codec import SnapshotCodec, canonical, chain_hash
+from .codec import SnapshotCodec, canonical, recorded_hash
 from .diff import LineageSegment, Ref, SessionDiff, diff_states, find_base
 from .errors import (
     CompactedError,
@@ -720,18 +720,7 @@ def _verify_block(b: _Block) -> None:
         expected_turn = prev_turn + (1 if e.type == "send" else 0)
         if e.turn != expected_turn:
             raise _bad(b.line, f"session {sid!r}: event {e.version} has turn {e.turn}, expected {expected_turn}", "turn")
-        h = chain_hash(
-            prev_hash,
-            session_id=sid,
-            version=e.version,
-            event_id=e.event_id,
-            type=e.type,
-            turn=e.turn,
-            payload=e.payload,
-            recorded_at=e.recorded_at,
-            actor=e.actor,
-            metadata=e.metadata,
-        )
+        h = recorded_hash(prev_hash, sid, e)
         if h != e.hash:
             raise _bad(
                 b.line,
