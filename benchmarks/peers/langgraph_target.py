@@ -48,7 +48,36 @@ def _config(session: str, checkpoint_id: str | None = None) -> dict[str, Any]:
     return {"configurable": conf}
 
 
-class SaverTarget:
+class _SaverDatabase:
+    """A PostgresSaver on a database of its own: what both LangGraph targets open and close."""
+
+    key: str
+    _cm: Any
+    saver: PostgresSaver | None
+    db: str
+
+    def _open_saver(self, tag: str, create: bool) -> PostgresSaver:
+        self.db = db_name(self.key, tag)
+        if create:
+            fresh_database(self.db)
+        self._cm = PostgresSaver.from_conn_string(pg_url(self.db))
+        saver: PostgresSaver = self._cm.__enter__()
+        self.saver = saver
+        if create:
+            saver.setup()
+        return saver
+
+    def size_bytes(self) -> int:
+        return pg_size(self.db)
+
+    def close(self) -> None:
+        if self._cm is not None:
+            self._cm.__exit__(None, None, None)
+            self._cm = None
+            self.saver = None
+
+
+class SaverTarget(_SaverDatabase):
     def __init__(self, every: str) -> None:
         assert every in ("event", "turn")
         self.every = every
@@ -70,13 +99,7 @@ class SaverTarget:
         self.ids: dict[str, dict[int, str]] = {}
 
     def open(self, tag: str, *, create: bool = True) -> None:
-        self.db = db_name(self.key, tag)
-        if create:
-            fresh_database(self.db)
-        self._cm = PostgresSaver.from_conn_string(pg_url(self.db))
-        self.saver = self._cm.__enter__()
-        if create:
-            self.saver.setup()
+        self._open_saver(tag, create)
         self.state, self.version, self.chan_version, self.parent, self.ids = {}, {}, {}, {}, {}
 
     def prepare(self, session: str, actions: Sequence[Action]) -> list[tuple[int, State]]:
@@ -140,15 +163,6 @@ class SaverTarget:
     def mark(self, session: str, version: int) -> None:
         pass  # ids are recorded by every put
 
-    def size_bytes(self) -> int:
-        return pg_size(self.db)
-
-    def close(self) -> None:
-        if self._cm is not None:
-            self._cm.__exit__(None, None, None)
-            self._cm = None
-            self.saver = None
-
 
 def _delta_reducer(state: dict[str, Any], writes: Sequence[Sequence[Action]]) -> dict[str, Any]:
     # Batching-invariant, as DeltaChannel requires: folding two batches one after the
@@ -157,7 +171,7 @@ def _delta_reducer(state: dict[str, Any], writes: Sequence[Sequence[Action]]) ->
     return fold_json(state or None, actions)
 
 
-class DeltaChannelTarget:
+class DeltaChannelTarget(_SaverDatabase):
     per_event = True
     per_turn = True
 
@@ -190,14 +204,7 @@ class DeltaChannelTarget:
         self.ids: dict[str, dict[int, str]] = {}
 
     def open(self, tag: str, *, create: bool = True) -> None:
-        self.db = db_name(self.key, tag)
-        if create:
-            fresh_database(self.db)
-        self._cm = PostgresSaver.from_conn_string(pg_url(self.db))
-        self.saver = self._cm.__enter__()
-        if create:
-            self.saver.setup()
-        self.app = self._graph.compile(checkpointer=self.saver)
+        self.app = self._graph.compile(checkpointer=self._open_saver(tag, create))
         self.ids = {}
 
     def append(self, session: str, actions: Sequence[Action]) -> None:
@@ -221,12 +228,3 @@ class DeltaChannelTarget:
 
     def history(self, session: str) -> Iterator[Any]:
         return iter(self.app.get_state_history(_config(session)))
-
-    def size_bytes(self) -> int:
-        return pg_size(self.db)
-
-    def close(self) -> None:
-        if self._cm is not None:
-            self._cm.__exit__(None, None, None)
-            self._cm = None
-            self.saver = None
