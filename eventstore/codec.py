@@ -7,8 +7,9 @@ after an export/import round trip.
 - Actions: :func:`encode_action` / :func:`decode_payload`.
 - Metadata: :func:`encode_metadata` (a JSON object or ``None``).
 - The hash chain: :func:`chain_hash` over a length-prefixed envelope.
-- Snapshots with structure sharing: :class:`SnapshotCodec` splits a state into its
-  top-level messages, each stored once under a digest of its bytes, and the rest.
+- Snapshots with structure sharing: :class:`SnapshotCodec` splits a state into chunks
+  of consecutive top-level messages, each chunk stored once under a digest of its bytes,
+  and the rest.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ __all__ = [
 _SORT = orjson.OPT_SORT_KEYS
 #: Bytes of SHA-256 kept as a message digest: 128 bits, collision-free in practice.
 DIGEST_SIZE = 16
+#: Messages per snapshot blob (see :class:`SnapshotCodec`); chosen by ``benchmarks store``.
+CHUNK_MESSAGES = 16
 #: Bumped if the envelope layout ever changes (it is hashed first).
 _ENVELOPE_FORMAT = 1
 _NONE = b"\xff\xff\xff\xff"
@@ -183,44 +186,75 @@ def recorded_hash(prev: bytes, session_id: str, event: HashedFields) -> bytes:
 
 
 class SnapshotCodec:
-    """Encode states as shared message blobs and decode them back.
+    """Encode states as shared message-chunk blobs and decode them back.
 
     A state ``{"messages": [m1, m2, ...], "status": ..., "error"?: ...}`` is stored as
     ``rest`` (canonical JSON of everything but the messages), the concatenated digests of
-    the messages, and one blob per message. A message that did not change between two
-    snapshots has the same bytes and so the same digest: it is stored once. Storage thus
-    grows with the *changes* between snapshots, not with their full size.
+    its message *chunks*, and one blob per chunk. Chunk ``j`` holds messages
+    ``j*k .. j*k+k-1`` (``k`` = ``chunk_messages``), their canonical bytes joined by commas,
+    so the bodies of a snapshot joined by commas are its message array without brackets.
+    A chunk that did not change between two snapshots has the same bytes and so the same
+    digest: it is stored once. Chat sessions change at their end, so every full chunk
+    before the newest messages is shared, and storage grows with the *changes* between
+    snapshots, not with their full size.
+
+    Why chunks and not one blob per message: a load fetches one blob row per chunk, and
+    ~600 index probes for a 200-turn session cost more than the few KB a re-stored
+    partial chunk takes per snapshot. A chunk of one message is exactly the old
+    one-blob-per-message format, so snapshots written with any chunk size decode alike.
 
     The reducer shares untouched message dicts between states, so the codec remembers
     the encoding of a message by object identity (holding a reference, so the id cannot
-    be reused) and does not re-serialise or re-hash it at the next snapshot.
+    be reused) and does not re-serialise or re-hash it at the next snapshot; a chunk is
+    remembered by the digests of its messages.
     """
 
-    def __init__(self, max_cached: int = 50_000) -> None:
+    def __init__(self, max_cached: int = 50_000, chunk_messages: int = CHUNK_MESSAGES) -> None:
+        if chunk_messages < 1:
+            raise ValueError("chunk_messages must be positive")
         self._max = max_cached
+        self._k = chunk_messages
         self._by_id: dict[int, tuple[Any, bytes, bytes]] = {}
+        self._chunks: dict[bytes, tuple[bytes, bytes]] = {}
 
     def encode(self, state: Mapping[str, Any]) -> tuple[bytes, bytes, dict[bytes, bytes]]:
         """Split a state.
 
         Returns:
-            ``(rest, message_digests, blobs)``; ``blobs`` maps each digest to its body.
+            ``(rest, chunk_digests, blobs)``; ``blobs`` maps each chunk digest to its body.
         """
         if len(self._by_id) > self._max:
             self._by_id.clear()
+        if len(self._chunks) > self._max // self._k + 1:
+            self._chunks.clear()
         cache = self._by_id
-        digests: list[bytes] = []
-        blobs: dict[bytes, bytes] = {}
+        keys: list[bytes] = []
+        bodies: list[bytes] = []
         for message in state["messages"]:
             hit = cache.get(id(message))
             if hit is not None and hit[0] is message:
-                digest, body = hit[1], hit[2]
+                key, body = hit[1], hit[2]
             else:
                 body = canonical(message)
-                digest = hashlib.sha256(body).digest()[:DIGEST_SIZE]
-                cache[id(message)] = (message, digest, body)
-            digests.append(digest)
-            blobs[digest] = body
+                key = hashlib.sha256(body).digest()[:DIGEST_SIZE]
+                cache[id(message)] = (message, key, body)
+            keys.append(key)
+            bodies.append(body)
+        size = self._k
+        chunks = self._chunks
+        digests: list[bytes] = []
+        blobs: dict[bytes, bytes] = {}
+        for j in range(0, len(bodies), size):
+            ck = b"".join(keys[j : j + size])
+            chunk = chunks.get(ck)
+            if chunk is None:
+                body = b",".join(bodies[j : j + size])
+                # A chunk of one message: its key is already the digest of these bytes.
+                single = j + 1 == len(bodies) or size == 1
+                digest = ck if single else hashlib.sha256(body).digest()[:DIGEST_SIZE]
+                chunk = chunks[ck] = (digest, body)
+            digests.append(chunk[0])
+            blobs[chunk[0]] = chunk[1]
         rest = canonical({k: v for k, v in state.items() if k != "messages"})
         return rest, b"".join(digests), blobs
 

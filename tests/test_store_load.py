@@ -29,6 +29,41 @@ def test_storage_slices_digests_of_the_codecs_size() -> None:
     assert base.DIGEST_SIZE == codec.DIGEST_SIZE
 
 
+def test_chunks_join_to_the_message_array_and_share_unchanged_prefixes() -> None:
+    from eventstore.codec import SnapshotCodec
+
+    state = fold_json(None, chat_session(6, seed=2))
+    n = len(state["messages"])
+    assert n > 10
+    codec = SnapshotCodec(chunk_messages=4)
+    rest, digests, blobs = codec.encode(state)
+    order = SnapshotCodec.split_digests(digests)
+    assert len(order) == -(-n // 4)  # one digest per chunk of 4 messages
+    assert SnapshotCodec.decode(rest, [blobs[d] for d in order]) == state
+    assert all(SnapshotCodec.body_digest(body) == d for d, body in blobs.items())
+    # Two more messages: every full chunk before them keeps its digest (stored once).
+    longer = fold_json(state, chat_session(7, seed=2)[len(chat_session(6, seed=2)) :])
+    more = SnapshotCodec.split_digests(SnapshotCodec(chunk_messages=4).encode(longer)[1])
+    assert more[: n // 4] == order[: n // 4]
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 16])
+def test_snapshots_of_any_chunk_size_load_alike(db_url: str, chunk: int) -> None:
+    # chunk 1 is the format of stores written before chunks: still read the same.
+    from eventstore.codec import SnapshotCodec
+
+    actions = chat_session(4, seed=chunk)
+    with make_store(db_url, snapshot_every=7) as writer:
+        writer._codec = SnapshotCodec(chunk_messages=chunk)
+        for i in range(0, len(actions), 30):
+            writer.append("s", actions[i : i + 30])
+    with EventStore(db_url, snapshot_every=7) as reader:
+        for v in range(0, len(actions) + 1, 11):
+            assert reader.load("s", v).to_json() == fold_json(None, actions[:v]), v
+            assert _general(reader, "s", v) == fold_json(None, actions[:v]), v
+        assert reader.verify("s").ok
+
+
 def _general(store: EventStore, session: str, version: int) -> dict[str, Any]:
     with store._storage.read() as tx:
         row = store._storage.get_session(tx, session)

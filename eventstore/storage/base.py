@@ -134,7 +134,7 @@ class SnapshotRow:
         version: the state is the fold of events ``1..version`` of the session's lineage.
         reducer_version: the reducer that produced it; others are never served.
         rest: canonical JSON of the state without its messages.
-        message_digests: the digests of the top-level messages, concatenated in order;
+        message_digests: the digests of the message chunks, concatenated in order;
             each names a row of ``snapshot_blobs``.
     """
 

@@ -9,7 +9,7 @@ Tables::
 
     sessions            one row per session (root or branch); the append lock and head cache
     events              the immutable log, PK (session_pk, version)
-    snapshot_blobs      one encoded top-level message per row, keyed by its digest (shared)
+    snapshot_blobs      a chunk of encoded top-level messages per row, keyed by its digest (shared)
     snapshots           a state every ``snapshot_every`` versions: status/error + message digests
     compaction_permits  a row exists only inside a compaction transaction (lets DELETE through)
 
@@ -119,7 +119,7 @@ snapshots = Table(
     Column("reducer_version", Integer, nullable=False),
     # Everything of the state except its messages (status, error), canonical JSON.
     Column("rest", LargeBinary, nullable=False),
-    # The digests of the state's top-level messages, concatenated in order.
+    # The digests of the chunks of the state's top-level messages, concatenated in order.
     Column("message_digests", LargeBinary, nullable=False),
     PrimaryKeyConstraint("session_pk", "version"),
 )
