@@ -352,6 +352,19 @@ def test_two_writers_interleaving_keep_versions_and_snapshots_right(db_url: str)
         assert report.ok and report.snapshots == 24, report.problems
 
 
+def test_two_single_event_writers_catch_each_others_appends(db_url: str) -> None:
+    """One event per append and no snapshot due: PostgreSQL's scalar one-event statement."""
+    actions = random_actions(random.Random(13), 60)
+    with make_store(db_url, snapshot_every=1000) as a, EventStore(db_url) as b:
+        rng = random.Random(5)
+        for i, action in enumerate(actions, 1):
+            writer = a if rng.random() < 0.5 else b
+            assert writer.append("s1", [action], actor="w").version == i
+        assert [e.version for e in a.history("s1")] == list(range(1, 61))
+        assert a.load("s1").to_json() == b.load("s1").to_json() == fold_json(None, actions)
+        assert a.verify("s1").ok
+
+
 def test_the_one_statement_append_leaves_pooled_connections_transactional(pg_schema: str) -> None:
     """PostgreSQL's fast path runs in autocommit; the pool must hand out normal connections after."""
     with make_store(pg_schema, pool_size=1) as store:
