@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 __all__ = [
@@ -28,8 +28,6 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 def to_datetime(micros: int) -> datetime:
     """An aware UTC datetime from microseconds since the Unix epoch (lossless)."""
-    from datetime import timedelta
-
     return _EPOCH + timedelta(microseconds=micros)
 
 
