@@ -129,17 +129,20 @@ def chain_hash(
     header = orjson.dumps(
         [_ENVELOPE_FORMAT, session_id, version, event_id, type, turn, recorded_at, actor]
     )
-    h = hashlib.sha256(prev)
-    h.update(len(header).to_bytes(4, "big"))
-    h.update(header)
-    h.update(len(payload).to_bytes(4, "big"))
-    h.update(payload)
-    if metadata is None:
-        h.update(_NONE)
-    else:
-        h.update(len(metadata).to_bytes(4, "big"))
-        h.update(metadata)
-    return h.digest()
+    # One sha256 call over the joined envelope (the same digest as feeding the pieces one
+    # by one, with fewer calls: this runs once per appended event).
+    return hashlib.sha256(
+        b"".join(
+            (
+                prev,
+                len(header).to_bytes(4, "big"),
+                header,
+                len(payload).to_bytes(4, "big"),
+                payload,
+                _NONE if metadata is None else len(metadata).to_bytes(4, "big") + metadata,
+            )
+        )
+    ).digest()
 
 
 class HashedFields(Protocol):

@@ -236,3 +236,24 @@ def test_a_clean_database_verifies_with_exit_0(tamper_store: EventStore, db_url:
     doc = json.loads(out)
     assert code == 0 and doc["ok"] is True and doc["problems"] == []
     assert doc["events"] == N + 5 + 21  # victim, bystander, fork (inherited 20 + 1)
+
+
+def test_the_chain_hash_format_is_pinned() -> None:
+    """Stored chains must verify after any upgrade: the envelope's bytes never change.
+
+    The expected digests are SHA-256 over the documented layout, computed by hand here.
+    """
+    import hashlib
+
+    from eventstore.codec import chain_hash
+
+    prev = bytes(range(32))
+    header = b'[1,"s",5,null,"part",1,123,null]'
+    payload = b'{"type":"stop"}'
+    meta = b'{"a":1}'
+    body = len(header).to_bytes(4, "big") + header + len(payload).to_bytes(4, "big") + payload
+    common = dict(session_id="s", version=5, event_id=None, type="part", turn=1, payload=payload, recorded_at=123, actor=None)
+    assert chain_hash(prev, **common, metadata=None) == hashlib.sha256(prev + body + b"\xff" * 4).digest()  # type: ignore[arg-type]
+    assert chain_hash(prev, **common, metadata=meta) == hashlib.sha256(  # type: ignore[arg-type]
+        prev + body + len(meta).to_bytes(4, "big") + meta
+    ).digest()
