@@ -287,7 +287,6 @@ def _backend_run(
 ) -> dict[str, Any]:
     """All figures of one backend. ``url``: an empty database for EventStore."""
     res: dict[str, Any] = {"backend": backend}
-    reps = args.repeats
     workload = {t: chat_session(t, seed=t) for t in TURNS}
 
     with EventStore(url) as store:
@@ -679,7 +678,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(
             "PostgreSQL needs --pg-url or EVENTSTORE_TEST_PG_URL (run under scripts/with-postgres)"
         )
-    args.repeats = 3 if args.quick else 7
     args.load_repeats = 5 if args.quick else 11
     args.each_events = 301 if args.quick else 1501
     args.block_events = 30 if args.quick else 50
