@@ -2,15 +2,17 @@
 
 Run (PostgreSQL comes from scripts/with-postgres, fsync on, default durability)::
 
-    scripts/with-postgres .venv/bin/python -m benchmarks store            # ~5 min
-    scripts/with-postgres .venv/bin/python -m benchmarks store --quick    # ~1 min
+    scripts/with-postgres .venv/bin/python -m benchmarks store            # ~1 min
+    scripts/with-postgres .venv/bin/python -m benchmarks store --quick    # ~30 s
     ... --no-record      # do not rewrite the "## Store" section of benchmarks/RESULTS.md
 
 Every figure is a ratio against a baseline measured in the same run, on the same server:
 raw psycopg (or raw sqlite3 in WAL mode) on a bare table
 ``(session_id text, seq int, type text, data jsonb|text, created_at, PK(session_id, seq))``.
 Workload: ``eventstore.samples.chat_session(T)`` (≈ 86 events per turn), T = 10, 50, 200.
-Fixed seeds, a warm-up, and the median of repeats.
+Fixed seeds. Appends: ours and the baseline write the same blocks alternately, each on its
+own growing session, and the ratio is the median over blocks. Loads: the median of repeats
+after a warm-up.
 
 - append one event per transaction (target: ≥ 0.8× raw INSERT + COMMIT throughput);
 - append one turn per transaction (target: ≥ 1.0× raw pipelined executemany + COMMIT);
