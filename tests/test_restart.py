@@ -19,6 +19,7 @@ shared server, so the restart tests get a **private PostgreSQL cluster** of thei
 
 from __future__ import annotations
 
+import logging
 import os
 import pwd
 import random
@@ -228,8 +229,9 @@ def test_killed_idle_connections_are_replaced_silently(
 
 
 def test_the_in_flight_append_gets_a_retryable_error_and_its_retry_lands_once(
-    pg_store: EventStore, admin: psycopg.Connection[Any], tag: str
+    pg_store: EventStore, admin: psycopg.Connection[Any], tag: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.ERROR)
     batch = chat_session(turns=12, seed=6)
     ids = [f"big-{i}" for i in range(len(batch))]
     pg_store.append("s", [{"type": "stop"}], expected_version=0)
@@ -268,6 +270,9 @@ def test_the_in_flight_append_gets_a_retryable_error_and_its_retry_lands_once(
     assert again.replayed and again == first
     assert [e.event_id for e in pg_store.history("s")][1:] == ids
     assert pg_store.verify("s").ok
+    # The dead connection was dropped, not handed back to the pool to be rolled back (which
+    # logs an ERROR with a driver traceback on the user's stderr).
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
 
 
 def test_a_writer_loop_survives_repeated_terminations_with_nothing_lost_or_doubled(

@@ -321,6 +321,11 @@ class PostgresStorage(SqlStorage):
                 finally:
                     if not (pg.closed or pg.broken):  # a broken one is replaced at checkout
                         pg.autocommit = False
+            except psycopg.OperationalError:
+                # Drop the connection here: returned to the pool, it would be rolled back
+                # first, and that fails on a dead socket with an ERROR log and a traceback.
+                fairy.invalidate()
+                raise
             finally:
                 fairy.close()
 
