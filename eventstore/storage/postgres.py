@@ -8,7 +8,8 @@ from __future__ import annotations
 import select as _select
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -295,39 +296,46 @@ class PostgresStorage(SqlStorage):
         return self._run_hot(_APPEND_ONE, params, binary=False) == 1
 
     def _run_hot(self, sql: str, params: Mapping[str, Any], *, binary: bool) -> int:
-        """Run one append statement in autocommit on a pooled connection; its row count.
+        """Run one append statement on a pooled connection; its row count.
 
         A statement whose last part is a SELECT reports its first column instead.
         """
-        with self._errors():
-            # The pooled psycopg connection itself (no SQLAlchemy Connection around it).
-            self._hot.active = True
+        with self._errors(), self._autocommit(hot=True) as cur:
+            cur.execute(sql, params, binary=binary)
+            if cur.description is None:
+                return int(cur.rowcount)
+            (count,) = cur.fetchone()
+            return int(count)
+
+    @contextmanager
+    def _autocommit(self, *, hot: bool) -> Iterator[Any]:
+        """A psycopg cursor on the pooled connection itself, in autocommit, for one statement.
+
+        A single statement is atomic and sees one snapshot of the database: autocommit
+        spares the BEGIN and COMMIT round trips. No SQLAlchemy Connection is built around
+        it. ``hot``: check the connection out without the pre-ping (see :meth:`_on_checkout`).
+        """
+        self._hot.active = hot
+        try:
+            fairy = self.engine.raw_connection()
+        finally:
+            self._hot.active = False
+        try:
+            pg: Any = fairy.driver_connection
+            pg.autocommit = True
             try:
-                fairy = self.engine.raw_connection()
+                with pg.cursor() as cur:  # a psycopg cursor: binary=, %b, prepare=
+                    yield cur
             finally:
-                self._hot.active = False
-            try:
-                pg: Any = fairy.driver_connection
-                # A single statement is atomic: autocommit spares the BEGIN and COMMIT
-                # round trips.
-                pg.autocommit = True
-                try:
-                    with pg.cursor() as cur:  # a psycopg cursor: binary=, %b
-                        cur.execute(sql, params, binary=binary)
-                        if cur.description is None:
-                            return int(cur.rowcount)
-                        (count,) = cur.fetchone()
-                        return int(count)
-                finally:
-                    if not (pg.closed or pg.broken):  # a broken one is replaced at checkout
-                        pg.autocommit = False
-            except psycopg.OperationalError:
-                # Drop the connection here: returned to the pool, it would be rolled back
-                # first, and that fails on a dead socket with an ERROR log and a traceback.
-                fairy.invalidate()
-                raise
-            finally:
-                fairy.close()
+                if not (pg.closed or pg.broken):  # a broken one is replaced at checkout
+                    pg.autocommit = False
+        except psycopg.OperationalError:
+            # Drop the connection here: returned to the pool, it would be rolled back
+            # first, and that fails on a dead socket with an ERROR log and a traceback.
+            fairy.invalidate()
+            raise
+        finally:
+            fairy.close()
 
     def _lock_clause(self, stmt: Any) -> Any:
         return stmt.with_for_update()
@@ -395,29 +403,11 @@ class PostgresStorage(SqlStorage):
 
     def _load_row(self, params: Mapping[str, Any], *, hot: bool) -> Any:
         """The one row of :data:`_LOAD`, on the pooled psycopg connection itself."""
-        self._hot.active = hot
-        try:
-            fairy = self.engine.raw_connection()
-        finally:
-            self._hot.active = False
-        try:
-            pg: Any = fairy.driver_connection
-            # One statement sees one snapshot of the database: no BEGIN/COMMIT needed.
-            pg.autocommit = True
-            try:
-                with pg.cursor() as cur:
-                    # Prepared at its first use on a connection, not the sixth: a cold
-                    # load then skips parsing and analysing the statement every time.
-                    cur.execute(_LOAD, params, binary=True, prepare=True)
-                    return cur.fetchone()
-            finally:
-                if not (pg.closed or pg.broken):  # a broken one is replaced at checkout
-                    pg.autocommit = False
-        except psycopg.OperationalError:
-            fairy.invalidate()
-            raise
-        finally:
-            fairy.close()
+        with self._autocommit(hot=hot) as cur:
+            # Prepared at its first use on a connection, not the sixth: a cold load then
+            # skips parsing and analysing the statement every time.
+            cur.execute(_LOAD, params, binary=True, prepare=True)
+            return cur.fetchone()
 
 
 # A root session's load in one round trip: the session row, its newest usable snapshot
