@@ -168,7 +168,7 @@ def run_size(target: Any, turns_n: int, opts: argparse.Namespace,
         # 3. correctness
         for label, version, expected in (("head", None, ref_head), ("old", v_old, ref_old)):
             try:
-                got = target.load(SESSION, version)
+                got = target.load(SESSION, version=version)
             except Unsupported as exc:
                 out["problems"].append(f"load {label}: unsupported ({exc})")
                 continue
@@ -178,7 +178,7 @@ def run_size(target: Any, turns_n: int, opts: argparse.Namespace,
         # 4. reads
         out["load_head_ms"] = _median_ms(lambda: target.load(SESSION), opts.repeats)
         try:
-            out["load_old_ms"] = _median_ms(lambda: target.load(SESSION, v_old), opts.repeats)
+            out["load_old_ms"] = _median_ms(lambda: target.load(SESSION, version=v_old), opts.repeats)
         except Unsupported:
             out["load_old_ms"] = None
         out.update(_history(target, opts))

@@ -56,7 +56,7 @@ from benchmarks._common import machine
 from eventstore.errors import SessionNotFound, StorageError
 from eventstore.reducer import fold
 from eventstore.samples import random_actions
-from eventstore.store import EventStore
+from eventstore import EventStore
 
 __all__ = ["main", "soak"]
 

@@ -11,12 +11,15 @@ SQLite; the session's state is the fold of :func:`session_reducer` over its even
 ...     store.load("s1").status
 'streaming'
 
-The public API is exactly the names in ``__all__``; everything else is internal.
+The public API is exactly the names in ``__all__``; everything else is internal. Actions
+can be given as wire-shaped dicts or built with the typed models (:class:`SendAction`,
+:class:`PartAction` with a :class:`TextDeltaPart`, ...), which give editor completion and
+are validated on construction. The wire format and the reducer's rules are described in
+``docs/format.md``.
 """
 
 from __future__ import annotations
 
-from eventstore import samples
 from eventstore.diff import SessionDiff
 from eventstore.errors import (
     CompactedError,
@@ -31,15 +34,32 @@ from eventstore.errors import (
     StorageError,
     VersionNotFound,
 )
+from eventstore.compaction import CompactResult
 from eventstore.models import (
     Action,
+    ErrorPart,
+    FinishPart,
+    MessageStartPart,
+    PartAction,
+    ReasoningDeltaPart,
+    ResetAction,
+    RetryAction,
+    SendAction,
     SessionState,
+    StepFinishPart,
+    StopAction,
+    StreamPart,
+    TextDeltaPart,
+    ToolCallPart,
+    ToolErrorPart,
+    ToolPhaseAction,
+    ToolResultPart,
     parse_action,
     parse_action_json,
     parse_actions,
     parse_state,
 )
-from eventstore.records import AppendResult, RecordedEvent, SessionInfo, VerifyReport
+from eventstore.records import AppendResult, Problem, RecordedEvent, SessionInfo, VerifyReport
 from eventstore.reducer import (
     REDUCER_VERSION,
     fold,
@@ -49,7 +69,8 @@ from eventstore.reducer import (
     session_reducer,
 )
 from eventstore.store import EventStore
-from eventstore.timetravel import CompactResult, ImportResult, ReplayStep
+from eventstore.timetravel import ReplayStep
+from eventstore.transfer import ImportResult
 from eventstore.turns import ToolCall, Turn
 
 __version__ = "0.1.0"
@@ -61,6 +82,7 @@ __all__ = [
     "RecordedEvent",
     "SessionInfo",
     "VerifyReport",
+    "Problem",
     "SessionDiff",
     "CompactResult",
     "ImportResult",
@@ -77,11 +99,26 @@ __all__ = [
     "parse_actions",
     "parse_action_json",
     "parse_state",
-    "Action",
     "SessionState",
+    # typed actions and stream parts (what append accepts besides wire dicts)
+    "Action",
+    "SendAction",
+    "PartAction",
+    "ToolPhaseAction",
+    "StopAction",
+    "RetryAction",
+    "ResetAction",
+    "StreamPart",
+    "MessageStartPart",
+    "TextDeltaPart",
+    "ReasoningDeltaPart",
+    "ToolCallPart",
+    "ToolResultPart",
+    "ToolErrorPart",
+    "StepFinishPart",
+    "FinishPart",
+    "ErrorPart",
     "REDUCER_VERSION",
-    # sample sessions (demo, benchmarks, tests)
-    "samples",
     # errors
     "EventStoreError",
     "InvalidEvent",

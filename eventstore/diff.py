@@ -22,6 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .text import message_text, shorten
+
 __all__ = [
     "Ref",
     "LineageSegment",
@@ -163,6 +165,11 @@ class SessionDiff:
             and self.error_left == self.error_right
         )
 
+    def summary(self, message_id: str) -> str:
+        """A removed or added message in one line: ``role id: text [tool state]``."""
+        m = self.right_messages.get(message_id) or self.left_messages.get(message_id) or {}
+        return f"{m.get('role', '?')} {message_id}: {message_text(m)}"
+
     def describe(self) -> str:
         """A readable, uncoloured rendering: base, then one line per message change.
 
@@ -181,12 +188,8 @@ class SessionDiff:
             f"{self.left} → {self.right} ({base}; {self.events_left} event(s) on the left, "
             f"{self.events_right} on the right since)"
         ]
-        for k in self.removed:
-            m = self.left_messages.get(k, {})
-            out.append(f"- {m.get('role', '?')} {k}: {_message_text(m)}")
-        for k in self.added:
-            m = self.right_messages.get(k, {})
-            out.append(f"+ {m.get('role', '?')} {k}: {_message_text(m)}")
+        out += [f"- {self.summary(k)}" for k in self.removed]
+        out += [f"+ {self.summary(k)}" for k in self.added]
         for d in self.details:
             out.append(f"~ {d.role} {d.id}")
             out.extend(f"    {line}" for line in d.lines)
@@ -278,28 +281,13 @@ def diff_states(left: Mapping[str, Any], right: Mapping[str, Any]) -> StateDiff:
     return StateDiff(added, removed, tuple(changed), tuple(details), lm, rm)
 
 
-def _short(text: str, limit: int = 60) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _message_text(m: Mapping[str, Any]) -> str:
-    bits = []
-    for p in m.get("parts", []):
-        if p.get("type") == "text":
-            bits.append(_short(str(p.get("text", "")), 50))
-        elif p.get("type") == "tool":
-            bits.append(f"[{p.get('name')} {p.get('state')}]")
-    return " ".join(bits) or "(empty)"
-
-
 def describe_part(part: Mapping[str, Any]) -> str:
     """One readable line for a message part (used for added/removed parts)."""
     kind = part.get("type")
     if kind == "text":
-        return f"text {_short(str(part.get('text', '')))!r}"
+        return f"text {shorten(str(part.get('text', '')))!r}"
     if kind == "reasoning":
-        return f"reasoning {_short(str(part.get('text', '')))!r}"
+        return f"reasoning {shorten(str(part.get('text', '')))!r}"
     if kind == "tool":
         extra = ""
         agent = part.get("agent")
@@ -315,9 +303,9 @@ def _describe_tool(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     if old.get("state") != new.get("state"):
         lines.append(f"{label}: {old.get('state')} → {new.get('state')}")
     if old.get("output") != new.get("output") and "output" in new:
-        lines.append(f"{label}: output {_short(_compact_json(new['output']))}")
+        lines.append(f"{label}: output {shorten(_compact_json(new['output']))}")
     if old.get("error") != new.get("error") and "error" in new:
-        lines.append(f"{label}: error {_short(_compact_json(new['error']))}")
+        lines.append(f"{label}: error {shorten(_compact_json(new['error']))}")
     if old.get("prompt") != new.get("prompt"):
         lines.append(f"{label}: prompt {new.get('prompt')!r}")
     oa, na = old.get("agent"), new.get("agent")
@@ -374,9 +362,9 @@ def describe_message_change(old: Mapping[str, Any], new: Mapping[str, Any]) -> l
             elif b.get("type") in ("text", "reasoning"):
                 at, bt = str(a.get("text", "")), str(b.get("text", ""))
                 if bt.startswith(at):
-                    lines.append(f"{b.get('type')} +{_short(bt[len(at):])!r}")
+                    lines.append(f"{b.get('type')} +{shorten(bt[len(at):])!r}")
                 else:
-                    lines.append(f"{b.get('type')} {_short(at)!r} → {_short(bt)!r}")
+                    lines.append(f"{b.get('type')} {shorten(at)!r} → {shorten(bt)!r}")
             elif b.get("type") == "tool":
                 lines.extend(_describe_tool(a, b))
             else:

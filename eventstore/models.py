@@ -74,6 +74,7 @@ __all__ = [
     "ACTION_TYPES",
     "PART_TYPES",
     # parsing
+    "WireModel",
     "parse_action",
     "parse_state",
     "parse_actions",
@@ -225,7 +226,7 @@ class SessionState(BaseModel):
 # --------------------------------------------------------------------------- stream parts
 
 
-class _Wire(BaseModel):
+class WireModel(BaseModel):
     """Common configuration of every action and stream part model."""
 
     model_config = ConfigDict(
@@ -237,7 +238,7 @@ class _Wire(BaseModel):
         raise NotImplementedError
 
 
-class MessageStartPart(_Wire):
+class MessageStartPart(WireModel):
     """``{"type": "message-start", "messageId"}``: appends an empty assistant message."""
 
     type: Literal["message-start"] = "message-start"
@@ -248,7 +249,7 @@ class MessageStartPart(_Wire):
         return {"type": self.type, "messageId": self.message_id}
 
 
-class TextDeltaPart(_Wire):
+class TextDeltaPart(WireModel):
     """``{"type": "text-delta", "messageId", "text"}``: extends the message's text."""
 
     type: Literal["text-delta"] = "text-delta"
@@ -260,7 +261,7 @@ class TextDeltaPart(_Wire):
         return {"type": self.type, "messageId": self.message_id, "text": self.text}
 
 
-class ReasoningDeltaPart(_Wire):
+class ReasoningDeltaPart(WireModel):
     """``{"type": "reasoning", "messageId", "text"}``: adds a reasoning part."""
 
     type: Literal["reasoning"] = "reasoning"
@@ -272,7 +273,7 @@ class ReasoningDeltaPart(_Wire):
         return {"type": self.type, "messageId": self.message_id, "text": self.text}
 
 
-class ToolCallPart(_Wire):
+class ToolCallPart(WireModel):
     """``{"type": "tool-call", "messageId", "id", "name", "input"}``: a call starts running."""
 
     type: Literal["tool-call"] = "tool-call"
@@ -292,7 +293,7 @@ class ToolCallPart(_Wire):
         }
 
 
-class ToolResultPart(_Wire):
+class ToolResultPart(WireModel):
     """``{"type": "tool-result", "id", "output"}``: the call is ``done``."""
 
     type: Literal["tool-result"] = "tool-result"
@@ -304,7 +305,7 @@ class ToolResultPart(_Wire):
         return {"type": self.type, "id": self.id, "output": self.output}
 
 
-class ToolErrorPart(_Wire):
+class ToolErrorPart(WireModel):
     """``{"type": "tool-error", "id", "error"}``: the call failed or was cancelled."""
 
     type: Literal["tool-error"] = "tool-error"
@@ -316,7 +317,7 @@ class ToolErrorPart(_Wire):
         return {"type": self.type, "id": self.id, "error": self.error}
 
 
-class StepFinishPart(_Wire):
+class StepFinishPart(WireModel):
     """``{"type": "step-finish"}``: changes nothing."""
 
     type: Literal["step-finish"] = "step-finish"
@@ -326,7 +327,7 @@ class StepFinishPart(_Wire):
         return {"type": self.type}
 
 
-class FinishPart(_Wire):
+class FinishPart(WireModel):
     """``{"type": "finish", "reason"?}``: the run ends; ``"aborted"`` cancels open calls."""
 
     type: Literal["finish"] = "finish"
@@ -340,7 +341,7 @@ class FinishPart(_Wire):
         return out
 
 
-class ErrorPart(_Wire):
+class ErrorPart(WireModel):
     """``{"type": "error", "error": str, "code"?}``: the run fails; open calls are cancelled."""
 
     type: Literal["error"] = "error"
@@ -375,7 +376,7 @@ StreamPart = Annotated[
 # --------------------------------------------------------------------------- actions
 
 
-class SendAction(_Wire):
+class SendAction(WireModel):
     """``{"type": "send", "id", "text"}``: the user sends a message."""
 
     type: Literal["send"] = "send"
@@ -387,7 +388,7 @@ class SendAction(_Wire):
         return {"type": self.type, "id": self.id, "text": self.text}
 
 
-class PartAction(_Wire):
+class PartAction(WireModel):
     """``{"type": "part", "part", "within"?}``: apply a stream part (to a call's nested run)."""
 
     type: Literal["part"] = "part"
@@ -402,7 +403,7 @@ class PartAction(_Wire):
         return out
 
 
-class ToolPhaseAction(_Wire):
+class ToolPhaseAction(WireModel):
     """``{"type": "toolPhase", "name", "state", "prompt"?}``: a running tool changes phase."""
 
     type: Literal["toolPhase"] = "toolPhase"
@@ -418,7 +419,7 @@ class ToolPhaseAction(_Wire):
         return out
 
 
-class StopAction(_Wire):
+class StopAction(WireModel):
     """``{"type": "stop"}``: the user stops the run; open calls are cancelled."""
 
     type: Literal["stop"] = "stop"
@@ -428,7 +429,7 @@ class StopAction(_Wire):
         return {"type": self.type}
 
 
-class RetryAction(_Wire):
+class RetryAction(WireModel):
     """``{"type": "retry"}``: start the turn again from :func:`~eventstore.reducer.resumable`."""
 
     type: Literal["retry"] = "retry"
@@ -438,7 +439,7 @@ class RetryAction(_Wire):
         return {"type": self.type}
 
 
-class ResetAction(_Wire):
+class ResetAction(WireModel):
     """``{"type": "reset"}``: back to the empty session."""
 
     type: Literal["reset"] = "reset"

@@ -3,7 +3,7 @@
 - :class:`AppendResult` — the outcome of :meth:`EventStore.append`.
 - :class:`RecordedEvent` — one event as :meth:`EventStore.history` yields it.
 - :class:`SessionInfo` — one row of :meth:`EventStore.sessions`.
-- :class:`VerifyReport` — what :meth:`EventStore.verify` found.
+- :class:`VerifyReport` — what :meth:`EventStore.verify` found, as :class:`Problem` records.
 - :class:`CompactionRecord` — what the compaction storage primitive did.
 """
 
@@ -13,14 +13,16 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from .text import iso
+
 __all__ = [
     "AppendResult",
     "RecordedEvent",
     "SessionInfo",
     "VerifyReport",
+    "Problem",
     "CompactionRecord",
     "to_datetime",
-    "to_micros",
 ]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -29,18 +31,6 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 def to_datetime(micros: int) -> datetime:
     """An aware UTC datetime from microseconds since the Unix epoch (lossless)."""
     return _EPOCH + timedelta(microseconds=micros)
-
-
-def to_micros(when: datetime) -> int:
-    """Microseconds since the Unix epoch of an aware datetime (lossless)."""
-    if when.tzinfo is None:
-        raise ValueError("timestamps must be timezone-aware")
-    delta = when - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-
-
-def _iso(when: datetime) -> str:
-    return when.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
 @dataclass(frozen=True)
@@ -66,6 +56,18 @@ class AppendResult:
     recorded_at: datetime
     replayed: bool = field(default=False, compare=False)
 
+    def to_json(self) -> dict[str, Any]:
+        """The CLI's ``append --json`` object."""
+        return {
+            "session": self.session,
+            "version": self.version,
+            "first_version": self.first_version,
+            "count": self.count,
+            "event_ids": None if self.event_ids is None else list(self.event_ids),
+            "recorded_at": iso(self.recorded_at),
+            "replayed": self.replayed,
+        }
+
 
 @dataclass(frozen=True)
 class RecordedEvent:
@@ -77,7 +79,7 @@ class RecordedEvent:
         version: its version in the lineage.
         event_id: the caller's idempotency id, or ``None``.
         type: the action type (``send``, ``part``, ``toolPhase``, ...).
-        action: the action, SPEC §1 shape.
+        action: the action in its wire shape (see ``docs/format.md``).
         turn: number of ``send`` events up to and including this one.
         recorded_at: when it was recorded (aware UTC).
         actor: who recorded it, or ``None``.
@@ -105,7 +107,7 @@ class RecordedEvent:
             "type": self.type,
             "action": self.action,
             "turn": self.turn,
-            "recorded_at": _iso(self.recorded_at),
+            "recorded_at": iso(self.recorded_at),
             "actor": self.actor,
             "metadata": self.metadata,
             "hash": self.hash,
@@ -143,8 +145,34 @@ class SessionInfo:
             "head": self.head,
             "baseline": self.baseline,
             "head_turn": self.head_turn,
-            "created_at": _iso(self.created_at),
+            "created_at": iso(self.created_at),
         }
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One integrity problem :meth:`EventStore.verify` found.
+
+    Attributes:
+        session: the session checked (for an inherited event, the branch that reads it).
+        version: the version where the problem is.
+        kind: what is wrong, one of ``"missing-events"``, ``"hash-mismatch"``,
+            ``"bad-payload"``, ``"snapshot-mismatch"``, ``"head-hash"``,
+            ``"beyond-head"``.
+        message: one readable line naming the session and the version.
+    """
+
+    session: str
+    version: int
+    kind: str
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"session", "version", "kind", "message"}``."""
+        return {"session": self.session, "version": self.version, "kind": self.kind, "message": self.message}
 
 
 @dataclass(frozen=True)
@@ -153,23 +181,27 @@ class VerifyReport:
 
     Attributes:
         ok: ``True`` when no problem was found.
-        problems: one line per problem, naming the session and the version.
+        problems: one :class:`Problem` per finding.
         sessions: the sessions checked.
         events: how many events were checked.
         snapshots: how many snapshots were compared with the fold of their events.
     """
 
     ok: bool
-    problems: list[str]
+    problems: list[Problem]
     sessions: list[str] = field(default_factory=list)
     events: int = 0
     snapshots: int = 0
+
+    def for_session(self, session: str) -> list[Problem]:
+        """The problems found while checking ``session``."""
+        return [p for p in self.problems if p.session == session]
 
     def to_json(self) -> dict[str, Any]:
         """The CLI's ``verify --json`` object."""
         return {
             "ok": self.ok,
-            "problems": list(self.problems),
+            "problems": [p.to_json() for p in self.problems],
             "sessions": list(self.sessions),
             "events": self.events,
             "snapshots": self.snapshots,

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from .errors import InvalidEvent
-from .models import Action, SessionState, _Wire, parse_action, parse_state
+from .models import Action, SessionState, WireModel, parse_action, parse_state
 
 __all__ = [
     "REDUCER_VERSION",
@@ -528,7 +528,7 @@ def _state_dict(state: SessionState | Mapping[str, Any] | None) -> tuple[Session
 
 
 def _action_dict(action: Action | Mapping[str, Any]) -> dict[str, Any]:
-    if isinstance(action, _Wire):
+    if isinstance(action, WireModel):
         return action.to_json()
     return parse_action(action).to_json()
 

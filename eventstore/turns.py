@@ -17,7 +17,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-__all__ = ["Turn", "ToolCall", "build_turns", "shorten"]
+from .reducer import fold_json
+from .text import iso, shorten
+
+__all__ = ["Turn", "ToolCall", "build_turns"]
 
 JSON = dict[str, Any]
 Fold = Callable[[JSON | None, list[JSON]], JSON]
@@ -101,8 +104,8 @@ class Turn:
             "versions": [self.first_version, self.last_version],
             "events": self.events,
             "actors": list(self.actors),
-            "started": _iso(self.started),
-            "ended": _iso(self.ended),
+            "started": iso(self.started),
+            "ended": iso(self.ended),
             "user_text": self.user_text,
             "assistant_text": self.assistant_text,
             "tools": [t.to_json() for t in self.tools],
@@ -111,16 +114,6 @@ class Turn:
             "retries": self.retries,
             "partial": self.partial,
         }
-
-
-def _iso(dt: datetime) -> str:
-    return dt.isoformat().replace("+00:00", "Z")
-
-
-def shorten(text: str, limit: int = 80) -> str:
-    """Collapse whitespace and cut ``text`` to ``limit`` characters with an ellipsis."""
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _tools(messages: Sequence[Mapping[str, Any]], depth: int = 0) -> list[ToolCall]:
@@ -228,8 +221,6 @@ def build_turns(
         One :class:`Turn` per turn present in ``events``, in order.
     """
     if fold is None:
-        from .reducer import fold_json
-
         fold = fold_json
     state: JSON | None = dict(start_state) if start_state is not None else None
     rows: list[Turn] = []

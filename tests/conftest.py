@@ -75,7 +75,7 @@ def db_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
 
 def make_store(url: str, **options: object) -> "EventStore":
     """An EventStore on ``url`` with the schema migrated."""
-    from eventstore.store import EventStore
+    from eventstore import EventStore
 
     store = EventStore(url, **options)  # type: ignore[arg-type]
     store.migrate()
@@ -108,4 +108,4 @@ def raw_engine(db_url: str) -> Iterator["Engine"]:
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
-    from eventstore.store import EventStore
+    from eventstore import EventStore

@@ -3,7 +3,15 @@
 - the pure layers (reducer, models, diff) import nothing from storage, store or codec;
 - storage moves bytes: it imports nothing from the reducer, the models, the codec or the store;
 - only storage/postgres.py imports psycopg (migrations aside);
-- the CLI uses only the public names of `eventstore` (its `__all__`).
+- the CLI uses only the public names of `eventstore` (its `__all__`), plus the sample-data
+  module for its demo;
+- nothing outside the facade (eventstore/store.py) imports the facade module, except the
+  package's `__init__` that re-exports it;
+- nothing outside the facade reads the facade's private attributes (`store._x`);
+- the engine and the modules under it import neither the CLI nor the facade;
+- no module reads another module's private (`_x`) names, and no function imports a module
+  of the package in its body (a cycle dodged);
+- the package's import graph has no cycle.
 """
 
 from __future__ import annotations
@@ -88,7 +96,7 @@ def test_only_the_postgres_module_imports_psycopg() -> None:
 
 
 def test_the_imports_walker_sees_relative_imports() -> None:
-    mods = {m for m, _ in _imports(PKG / "store.py")}
+    mods = {m for m, _ in _imports(PKG / "engine.py")}
     assert {"eventstore.storage", "eventstore.reducer", "eventstore.codec"} <= mods
 
 
@@ -97,6 +105,8 @@ def test_cli_uses_only_public_eventstore_names() -> None:
     bad = []
     for f in sorted((ROOT / "cli").rglob("*.py")):
         for mod, names in _imports(f):
+            if mod == "eventstore.samples":
+                continue  # the demo's sample data: importable, not in the public namespace
             if mod == "eventstore":
                 bad += [
                     f"{f.relative_to(ROOT)}: eventstore.{n} is not public"
@@ -108,3 +118,114 @@ def test_cli_uses_only_public_eventstore_names() -> None:
                     f"{f.relative_to(ROOT)} imports {mod} (use `from eventstore import ...`)"
                 )
     assert bad == []
+
+
+def _py_files() -> list[Path]:
+    return sorted(p for d in ("eventstore", "cli", "benchmarks", "tests") for p in (ROOT / d).rglob("*.py"))
+
+
+def test_only_the_package_init_imports_the_facade_module() -> None:
+    allowed = {PKG / "store.py", PKG / "__init__.py"}
+    files = [f for f in _py_files() if f not in allowed]
+    assert _offenders(files, ("eventstore.store",)) == []
+
+
+def _private_reads(path: Path, names: tuple[str, ...]) -> list[str]:
+    """``x._attr`` reads in a file where ``x`` is one of ``names`` (dunders aside)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    return [
+        f"{path.relative_to(ROOT)}:{node.lineno} reads {node.value.id}.{node.attr}"  # type: ignore[attr-defined]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id in names
+        and node.attr.startswith("_")
+        and not node.attr.startswith("__")
+    ]
+
+
+def test_nothing_reads_the_facades_private_attributes() -> None:
+    names = ("store", "s", "st", "reader", "writer", "a", "b", "tt", "target", "self_store")
+    bad = [hit for f in _py_files() if f != PKG / "store.py" for hit in _private_reads(f, names)]
+    assert bad == []
+
+
+ENGINE_SIDE = ("engine", "planning", "validate", "timetravel", "compaction", "transfer", "verify")
+
+
+@pytest.mark.parametrize("module", ENGINE_SIDE)
+def test_the_engine_imports_no_cli_and_no_facade(module: str) -> None:
+    path = PKG / f"{module}.py"
+    assert path.is_file()
+    assert _offenders([path], ("eventstore.store", "eventstore_cli", "typer", "rich")) == []
+    assert "eventstore" not in {m for m, _ in _imports(path)}
+
+
+def test_no_module_reads_another_modules_private_names() -> None:
+    bad = []
+    for f in sorted(PKG.rglob("*.py")):
+        for mod, names in _imports(f):
+            if mod.startswith("eventstore"):
+                bad += [f"{f.relative_to(ROOT)} imports {mod}.{n}" for n in names if n.startswith("_") and n != "__version__"]
+    assert bad == []
+
+
+#: Deferred imports that are not about cycles: a backend's driver (psycopg) loads only when a
+#: URL of that backend is opened, and Alembic only when ``migrate`` runs (start-up time).
+DEFERRED = {("storage/__init__.py", "open_storage"), ("storage/sql.py", "migrate")}
+
+
+def test_no_function_imports_a_package_module_in_its_body() -> None:
+    bad = []
+    for f in sorted(PKG.rglob("*.py")):
+        tree = ast.parse(f.read_text(), filename=str(f))
+        for fn in ast.walk(tree):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for node in ast.walk(fn):
+                    if (f.relative_to(PKG).as_posix(), fn.name) in DEFERRED:
+                        continue
+                    if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("eventstore")):
+                        bad.append(f"{f.relative_to(ROOT)}:{node.lineno} imports in {fn.name}()")
+    assert bad == []
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def test_the_package_has_no_import_cycle() -> None:
+    files = {_module_name(f): f for f in PKG.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, f in files.items():
+        deps = set()
+        for mod, names in _imports(f):
+            if mod in files:
+                deps.add(mod)
+            # `from . import x` and `from .storage import base` name modules too
+            deps.update(f"{mod}.{n}" for n in names if f"{mod}.{n}" in files)
+        # A package's __init__ runs before its modules: an edge into a package counts as
+        # an edge into its __init__ only, which the walk below treats like any module.
+        graph[name] = deps - {name}
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for dep in sorted(graph[node]):
+            if state.get(dep) == 1:
+                cycles.append(path[path.index(dep) :] + [dep] if dep in path else [node, dep])
+            elif dep not in state:
+                visit(dep, [*path, dep])
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    # The package __init__ re-exports from its modules, and they import siblings through
+    # the package path: edges into "eventstore" itself are the re-export, not a cycle.
+    cycles = [c for c in cycles if "eventstore" not in c]
+    assert cycles == []

@@ -81,7 +81,8 @@ def test_migrate_append_and_sessions(run: Run, tmp_path: Path) -> None:
     run("migrate")  # idempotent
     lines = "\n".join(json.dumps(a) for a in demo_conversation()[:5])
     r = run("append", "s1", "-", "--json", input=lines)
-    assert js(r) == {"session": "s1", "version": 5, "appended": 5}
+    doc = js(r)
+    assert (doc["session"], doc["version"], doc["first_version"], doc["count"]) == ("s1", 5, 1, 5)
     one = run("append", "s1", "-", input='{"type": "stop"}')
     assert "head is now 6" in one.stdout
     r = run("append", "s1", "-", "--expected-version", "3", input='{"type": "stop"}', code=1)
@@ -275,7 +276,7 @@ def test_verify_reports_tampering_with_exit_1(run: Run, demo_db: Path, tmp_path:
     con.close()
     r = run("verify", "--json", code=1)
     doc = json.loads(r.stdout)
-    assert doc["ok"] is False and any("version 7" in p for p in doc["problems"])
+    assert doc["ok"] is False and any(p["version"] == 7 and "version 7" in p["message"] for p in doc["problems"])
     assert "FAILED" in run("verify", code=1).stdout
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import make_store
 from eventstore.errors import ConcurrencyError, StorageError
-from eventstore.store import EventStore
+from eventstore import EventStore
 
 WORKERS = 4
 APPENDS = 200

@@ -34,7 +34,7 @@ from sqlalchemy import create_engine, text
 
 from eventstore.reducer import fold
 from eventstore.samples import chat_session, random_actions
-from eventstore.store import EventStore
+from eventstore import EventStore
 
 PREFIX = 10  # events already in the session before the big batch
 BATCH = chat_session(turns=15, seed=6)  # ≈ 1,300 actions in one append
@@ -43,7 +43,7 @@ IDS = [f"batch-{i}" for i in range(len(BATCH))]
 CHILD = r"""
 import sqlite3, sqlite3.dbapi2, sys, time
 from eventstore.samples import chat_session
-from eventstore.store import EventStore
+from eventstore import EventStore
 
 url, session, pause_table, pause_version = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 if url.startswith("sqlite") and pause_table != "-":

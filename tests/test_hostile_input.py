@@ -271,7 +271,7 @@ def test_random_bytes_are_refused_or_accepted_never_crash(raw: bytes) -> None:
 # --------------------------------------------------------------------------- the store
 
 from eventstore.errors import SessionNotFound  # noqa: E402
-from eventstore.store import EventStore  # noqa: E402
+from eventstore import EventStore  # noqa: E402
 
 MAX_EVENT_BYTES = 64 * 1024
 MAX_ID_LENGTH = 256

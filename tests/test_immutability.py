@@ -14,7 +14,7 @@ from sqlalchemy.exc import DBAPIError
 from conftest import make_store
 from eventstore.samples import random_actions
 from eventstore.storage import sqlite as sqlite_ddl
-from eventstore.store import EventStore
+from eventstore import EventStore
 
 
 def _fill(store: EventStore) -> list[dict[str, Any]]:
@@ -114,14 +114,20 @@ def test_verify_is_ok_on_good_data_and_names_the_tampered_event(
         )
     report = store.verify("s1")
     assert not report.ok
-    assert report.problems == [
-        "session 's1' version 7: hash mismatch (the event or its chain was altered)"
+    assert [p.to_json() for p in report.problems] == [
+        {
+            "session": "s1",
+            "version": 7,
+            "kind": "hash-mismatch",
+            "message": "session 's1' version 7: hash mismatch (the event or its chain was altered)",
+        }
     ]
     # The branch inherits version 7 and says so.
     branch_report = store.verify("b")
     assert len(branch_report.problems) == 1
-    assert "session 's1' version 7" in branch_report.problems[0]
-    assert "inherited by 'b'" in branch_report.problems[0]
+    found = branch_report.problems[0]
+    assert (found.session, found.version, found.kind) == ("b", 7, "hash-mismatch")
+    assert "session 's1' version 7" in found.message and "inherited by 'b'" in found.message
     with pytest.raises(DBAPIError, match="immutable"):  # and the guard is back on
         with raw_engine.begin() as conn2:
             conn2.execute(text("UPDATE events SET actor = 'x'"))
@@ -135,8 +141,8 @@ def test_verify_detects_a_deleted_event_and_a_rewritten_timestamp(
         conn.execute(text("DELETE FROM events WHERE version = 12"))
         conn.execute(text("UPDATE events SET recorded_at = recorded_at + 1 WHERE version = 30"))
     problems = store.verify("s1").problems
-    assert any("version 13" in p and "missing" in p for p in problems), problems
-    assert any("version 30" in p and "hash mismatch" in p for p in problems), problems
+    assert any(p.version == 13 and p.kind == "missing-events" and "missing" in str(p) for p in problems), problems
+    assert any(p.version == 30 and p.kind == "hash-mismatch" and "hash mismatch" in str(p) for p in problems), problems
 
 
 def test_verify_detects_a_snapshot_that_is_not_the_fold_of_its_events(
@@ -151,6 +157,6 @@ def test_verify_detects_a_snapshot_that_is_not_the_fold_of_its_events(
                 {"r": b'{"status":"error"}'},
             )
         report = store.verify("s1")
-    assert report.problems == [
-        "session 's1' version 20: snapshot differs from the fold of its events"
+    assert [(p.session, p.version, p.kind, p.message) for p in report.problems] == [
+        ("s1", 20, "snapshot-mismatch", "session 's1' version 20: snapshot differs from the fold of its events")
     ]

@@ -17,7 +17,7 @@ from sqlalchemy import Engine, create_engine, inspect, text
 from conftest import make_store
 from eventstore.storage.migrate import HEAD_REVISION, alembic_config, migrations_dir
 from eventstore.storage.schema import VERSION_TABLE, metadata
-from eventstore.store import EventStore
+from eventstore import EventStore
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -21,7 +21,7 @@ from sqlalchemy.engine import make_url
 from conftest import pg_admin_url
 from eventstore.errors import CompactedError, StorageError
 from eventstore.samples import chat_session
-from eventstore.store import EventStore
+from eventstore import EventStore
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "security.md"
 

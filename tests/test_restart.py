@@ -41,7 +41,7 @@ import pytest
 from conftest import pg_admin_url
 from eventstore.errors import EventStoreError, StorageError
 from eventstore.samples import chat_session
-from eventstore.store import EventStore
+from eventstore import EventStore
 
 # --------------------------------------------------------------------------- a private cluster
 

@@ -18,7 +18,7 @@ from urllib.parse import quote, unquote
 import pytest
 
 from eventstore.errors import EventStoreError, StorageError
-from eventstore.store import EventStore
+from eventstore import EventStore
 from test_restart import PrivateCluster
 
 PASSWORD = "S3cr3t-pw!x"  # distinctive, and with a character that URLs must escape

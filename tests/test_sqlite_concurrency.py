@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from eventstore.errors import StorageError
-from eventstore.store import EventStore
+from eventstore import EventStore
 
 WORKER = r"""
 import json, sys, time
 from eventstore.errors import ConcurrencyError, StorageError
-from eventstore.store import EventStore
+from eventstore import EventStore
 
 url, me, batches, busy_ms = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 store = EventStore(url, snapshot_every=8, busy_timeout_ms=busy_ms)

@@ -11,7 +11,7 @@ from conftest import make_store
 from eventstore.errors import InvalidEvent, SessionExists, SessionNotFound, VersionNotFound
 from eventstore.reducer import fold_json
 from eventstore.samples import random_actions
-from eventstore.store import EventStore
+from eventstore import EventStore
 
 
 def _session(store: EventStore, n: int, seed: int, session: str = "s1") -> list[dict[str, Any]]:
@@ -44,7 +44,7 @@ def test_writes_to_a_branch_and_its_parent_are_independent(db_url: str) -> None:
         assert store.load("s1").to_json() == fold_json(None, actions + more)
         assert store.load("alt").to_json() == fold_json(None, actions[:25] + extra)
         for v in range(56):
-            assert store.load("alt", v).to_json() == fold_json(None, (actions[:25] + extra)[:v])
+            assert store.load("alt", version=v).to_json() == fold_json(None, (actions[:25] + extra)[:v])
         hist = list(store.history("alt"))
         assert [e.session_id for e in hist] == ["s1"] * 25 + ["alt"] * 30
         assert [e.version for e in hist] == list(range(1, 56))
@@ -67,7 +67,7 @@ def test_branches_of_branches(db_url: str) -> None:
         assert store.load("c").to_json() == fold_json(None, b_line[:28] + c_extra)
         assert store.load("d").to_json() == fold_json(None, a[:12] + c_extra)
         for v in range(37):
-            assert store.load("c", v).to_json() == fold_json(None, (b_line[:28] + c_extra)[:v])
+            assert store.load("c", version=v).to_json() == fold_json(None, (b_line[:28] + c_extra)[:v])
         assert [e.session_id for e in store.history("c")] == ["s1"] * 20 + ["b"] * 8 + ["c"] * 8
         assert [e.session_id for e in store.history("d")] == ["s1"] * 12 + ["d"] * 8
         assert [e.session_id for e in store.history("c", after=18, upto=30)] == ["s1"] * 2 + [

@@ -21,7 +21,10 @@ from eventstore.errors import (
 )
 from eventstore.reducer import REDUCER_VERSION, fold_json
 from eventstore.samples import random_actions
-from eventstore.store import EventStore
+from eventstore import EventStore
+from eventstore import engine as engine_module
+from eventstore import planning as planning_module
+from eventstore import verify as verify_module
 
 SEND = {"type": "send", "id": "u-1", "text": "hello"}
 
@@ -50,12 +53,12 @@ def test_every_version_loads_the_fold_of_its_prefix(db_url: str, snapshot_every:
         _append_in_batches(store, "s1", actions, seed=1)
         assert store.head("s1") == 200
         for v, expected in enumerate(prefix_states):
-            assert store.load("s1", v).to_json() == expected, f"version {v}"
+            assert store.load("s1", version=v).to_json() == expected, f"version {v}"
         assert store.load("s1").to_json() == prefix_states[-1]
     # A new store (no warm cache, new connections) sees exactly the same.
     with EventStore(db_url, snapshot_every=snapshot_every) as again:
         for v, expected in enumerate(prefix_states):
-            assert again.load("s1", v).to_json() == expected, f"version {v} after reopen"
+            assert again.load("s1", version=v).to_json() == expected, f"version {v} after reopen"
         assert again.verify("s1").ok
 
 
@@ -66,7 +69,7 @@ def test_snapshot_every_does_not_change_what_loads(db_url: str) -> None:
     # Read back with another cadence: snapshots written at 5s still serve correctly.
     with EventStore(db_url, snapshot_every=64) as other:
         for v in range(0, 121, 3):
-            assert other.load("s1", v).to_json() == fold_json(None, actions[:v])
+            assert other.load("s1", version=v).to_json() == fold_json(None, actions[:v])
 
 
 def test_append_records_versions_turns_and_envelope(store: EventStore) -> None:
@@ -186,7 +189,7 @@ def test_limits_on_sizes_and_ids(db_url: str) -> None:
         with pytest.raises(InvalidEvent):
             store.append("s1", [SEND], expected_version=-1)
         assert _snapshot(store, "s1") == before
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidEvent):
         EventStore(db_url, snapshot_every=0)
 
 
@@ -238,9 +241,9 @@ def test_missing_sessions_and_versions(store: EventStore) -> None:
     store.append("s1", [SEND, {"type": "stop"}])
     for bad in (3, -1, 100):
         with pytest.raises(VersionNotFound) as err:
-            store.load("s1", bad)
+            store.load("s1", version=bad)
         assert err.value.head == 2 and err.value.version == bad
-    assert store.load("s1", 0).to_json() == {"messages": [], "status": "idle"}
+    assert store.load("s1", version=0).to_json() == {"messages": [], "status": "idle"}
 
 
 def test_sessions_lists_roots_and_branches(store: EventStore) -> None:
@@ -270,26 +273,23 @@ def test_snapshots_of_another_reducer_version_are_never_served(
     assert n == 6
     with EventStore(db_url, snapshot_every=10) as store:
         for v in (10, 35, 60):
-            assert store.load("s1", v).to_json() == fold_json(None, actions[:v])
+            assert store.load("s1", version=v).to_json() == fold_json(None, actions[:v])
     # And the other way round: a newer reducer ignores snapshots of the current one.
     with raw_engine.begin() as conn:
         conn.execute(text("UPDATE snapshots SET reducer_version = :v"), {"v": REDUCER_VERSION})
-    import eventstore.store as store_module
-
-    monkeypatch.setattr(store_module, "REDUCER_VERSION", REDUCER_VERSION + 1)
+    monkeypatch.setattr(engine_module, "REDUCER_VERSION", REDUCER_VERSION + 1)
+    monkeypatch.setattr(verify_module, "REDUCER_VERSION", REDUCER_VERSION + 1)
     with EventStore(db_url, snapshot_every=10) as store:
-        assert store.load("s1", 60).to_json() == fold_json(None, actions)
+        assert store.load("s1", version=60).to_json() == fold_json(None, actions)
         assert store.verify("s1").ok  # stale snapshots are not this reducer's to check
 
 
 def test_a_load_folds_fewer_than_snapshot_every_events(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import eventstore.store as store_module
-
     actions = random_actions(random.Random(9), 150)
     folded: list[int] = []
-    real = store_module.fold_json
+    real = planning_module.fold_json
 
     def counting(state: Any, acts: Any) -> Any:
         acts = list(acts)
@@ -298,10 +298,10 @@ def test_a_load_folds_fewer_than_snapshot_every_events(
 
     with make_store(db_url, snapshot_every=16) as store:
         _append_in_batches(store, "s1", actions, seed=3)
-        monkeypatch.setattr(store_module, "fold_json", counting)
+        monkeypatch.setattr(planning_module, "fold_json", counting)
         for v in range(151):
             folded.clear()
-            store.load("s1", v)
+            store.load("s1", version=v)
             assert sum(folded) < 16, f"version {v} folded {sum(folded)} events"
 
 
@@ -347,7 +347,7 @@ def test_two_writers_interleaving_keep_versions_and_snapshots_right(db_url: str)
             i += n
         for store in (a, b):
             for v in range(0, 121, 7):
-                assert store.load("s1", v).to_json() == fold_json(None, actions[:v])
+                assert store.load("s1", version=v).to_json() == fold_json(None, actions[:v])
         report = a.verify("s1")
         assert report.ok and report.snapshots == 24, report.problems
 
@@ -367,13 +367,17 @@ def test_two_single_event_writers_catch_each_others_appends(db_url: str) -> None
 
 def test_the_one_statement_append_leaves_pooled_connections_transactional(pg_schema: str) -> None:
     """PostgreSQL's fast path runs in autocommit; the pool must hand out normal connections after."""
-    with make_store(pg_schema, pool_size=1) as store:
+    make_store(pg_schema).close()
+    engine = engine_module.Engine(pg_schema, pool_size=1)
+    try:
         for _ in range(3):
-            store.append("s1", [SEND])
-        with store._storage.engine.connect() as conn:  # type: ignore[attr-defined]
+            engine.append("s1", [SEND])
+        with engine.storage.engine.connect() as conn:  # type: ignore[attr-defined]
             assert conn.connection.driver_connection.autocommit is False
-        store.branch("s1", at=1, new_id="b")  # a locked, multi-statement transaction still works
-        assert store.head("b") == 1 and store.verify().ok
+        engine.branch("s1", at=1, new_id="b")  # a locked, multi-statement transaction still works
+        assert engine.head("b") == 1 and verify_module.verify(engine).ok
+    finally:
+        engine.close()
 
 
 def test_a_busy_sqlite_file_is_a_retryable_storage_error_after_busy_timeout(tmp_path: Any) -> None:

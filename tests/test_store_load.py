@@ -15,11 +15,12 @@ import pytest
 from conftest import make_store
 from sqlalchemy import Engine, text
 
-import eventstore.store as store_mod
-from eventstore.errors import SessionNotFound, StorageError, VersionNotFound
+import eventstore.engine as store_mod
+from eventstore.engine import Engine
+from eventstore.errors import InvalidEvent, SessionNotFound, StorageError, VersionNotFound
 from eventstore.reducer import fold_json
 from eventstore.samples import chat_session, random_actions
-from eventstore.store import EventStore
+from eventstore import EventStore
 
 
 def test_storage_slices_digests_of_the_codecs_size() -> None:
@@ -53,22 +54,28 @@ def test_snapshots_of_any_chunk_size_load_alike(db_url: str, chunk: int) -> None
     from eventstore.codec import SnapshotCodec
 
     actions = chat_session(4, seed=chunk)
-    with make_store(db_url, snapshot_every=7) as writer:
-        writer._codec = SnapshotCodec(chunk_messages=chunk)
-        for i in range(0, len(actions), 30):
-            writer.append("s", actions[i : i + 30])
+    make_store(db_url).close()
+    writer = Engine(db_url, snapshot_every=7)
+    writer.planner.codec = SnapshotCodec(chunk_messages=chunk)
+    for i in range(0, len(actions), 30):
+        writer.append("s", actions[i : i + 30])
+    writer.close()
     with EventStore(db_url, snapshot_every=7) as reader:
         for v in range(0, len(actions) + 1, 11):
-            assert reader.load("s", v).to_json() == fold_json(None, actions[:v]), v
-            assert _general(reader, "s", v) == fold_json(None, actions[:v]), v
+            assert reader.load("s", version=v).to_json() == fold_json(None, actions[:v]), v
+            assert _general(db_url, "s", v) == fold_json(None, actions[:v]), v
         assert reader.verify("s").ok
 
 
-def _general(store: EventStore, session: str, version: int) -> dict[str, Any]:
-    with store._storage.read() as tx:
-        row = store._storage.get_session(tx, session)
-        assert row is not None
-        return store._state_at(tx, row, version)
+def _general(db_url: str, session: str, version: int) -> dict[str, Any]:
+    """The state through the engine's general path (lineage, snapshot, tail), never the
+    one-statement read."""
+    engine = Engine(db_url)
+    try:
+        with engine.storage.read() as tx:
+            return engine.state_at(tx, engine.row(tx, session), version)
+    finally:
+        engine.close()
 
 
 @pytest.mark.parametrize("every", [1, 5, 64])
@@ -78,9 +85,9 @@ def test_every_version_matches_the_fold_and_the_general_path(db_url: str, every:
         store.append("s", actions[:25])
         store.append("s", actions[25:])
         for v in range(61):
-            got = store.load("s", v).to_json()
+            got = store.load("s", version=v).to_json()
             assert got == fold_json(None, actions[:v]), v
-            assert got == _general(store, "s", v), v
+            assert got == _general(db_url, "s", v), v
         assert store.load("s").to_json() == fold_json(None, actions)
 
 
@@ -103,17 +110,20 @@ def test_another_reducer_version_ignores_the_snapshots(
         store.append("s", actions)
         monkeypatch.setattr(store_mod, "REDUCER_VERSION", 999)
         for v in (1, 4, 17, 40):
-            assert store.load("s", v).to_json() == fold_json(None, actions[:v])
+            assert store.load("s", version=v).to_json() == fold_json(None, actions[:v])
 
 
 def test_bad_sessions_and_versions(store: EventStore) -> None:
     store.append("s", random_actions(random.Random(4), 5))
     with pytest.raises(SessionNotFound):
         store.load("nope")
-    for bad in (6, -1, True, 2**40, 2**31, "3"):
+    for bad in (6, -1, 2**40, 2**31):
         with pytest.raises(VersionNotFound):
-            store.load("s", bad)  # type: ignore[arg-type]
-    assert store.load("s", 0).to_json() == fold_json(None, ())
+            store.load("s", version=bad)
+    for wrong_type in (True, "3", 1.0):
+        with pytest.raises(InvalidEvent, match="version"):
+            store.load("s", version=wrong_type)  # type: ignore[arg-type]
+    assert store.load("s", version=0).to_json() == fold_json(None, ())
 
 
 def test_branch_loads_take_the_general_path(db_url: str) -> None:
@@ -124,7 +134,7 @@ def test_branch_loads_take_the_general_path(db_url: str) -> None:
         store.append("kid", actions[20:], expected_version=10)
         lineage = actions[:10] + actions[20:]
         for v in range(21):
-            assert store.load("kid", v).to_json() == fold_json(None, lineage[:v]), v
+            assert store.load("kid", version=v).to_json() == fold_json(None, lineage[:v]), v
         assert store.load("kid").to_json() == fold_json(None, lineage)
 
 
@@ -168,4 +178,4 @@ def test_a_load_survives_killed_pooled_connections(
                     "AND backend_type = 'client backend'"
                 )
             assert store.load("s").to_json() == expected
-            assert store.load("s", 5).to_json() == fold_json(None, actions[:5])
+            assert store.load("s", version=5).to_json() == fold_json(None, actions[:5])

@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 
 from eventstore.samples import random_actions
 from eventstore.storage import sqlite as sqlite_ddl
-from eventstore.store import EventStore
+from eventstore import EventStore
 from eventstore_cli.app import app
 
 N = 30  # events in the tampered session
@@ -84,7 +84,7 @@ def _assert_found(store: EventStore, url: str, session: str, version: int, *, al
     report = store.verify(session)
     assert not report.ok
     wanted = {f"session {session!r} version {v}" for v in (version, also) if v is not None}
-    assert any(any(p.startswith(w + ":") or p.startswith(w + " ") for w in wanted) for p in report.problems), (
+    assert any(any(p.message.startswith(w + ":") or p.message.startswith(w + " ") for w in wanted) for p in report.problems), (
         wanted,
         report.problems,
     )
@@ -128,7 +128,10 @@ def test_any_altered_column_is_named_with_session_and_version(
     _assert_found(tamper_store, db_url, "victim", version)
     if version <= 20:  # the branch inherits the altered event and says where it lives
         problems = tamper_store.verify("fork").problems
-        assert any(f"session 'victim' version {version}" in p and "inherited by 'fork'" in p for p in problems)
+        assert any(
+            f"session 'victim' version {version}" in p.message and "inherited by 'fork'" in p.message
+            for p in problems
+        )
 
 
 def test_the_triggers_are_back_and_still_refuse(tamper_store: EventStore, admin: Engine, backend: str) -> None:
@@ -189,7 +192,7 @@ def test_an_edit_with_a_recomputed_hash_still_breaks_the_chain(
             {"p": payload, "h": forged, "pk": pk},
         )
     report = tamper_store.verify("victim")
-    assert any(p.startswith("session 'victim' version 10:") for p in report.problems), report.problems
+    assert any(p.message.startswith("session 'victim' version 10:") for p in report.problems), report.problems
     _assert_found(tamper_store, db_url, "victim", 10)
 
 

@@ -17,7 +17,7 @@ from eventstore.diff import diff_states
 from eventstore.errors import CompactedError, InvalidEvent, SessionExists, VersionNotFound
 from eventstore.reducer import fold_json
 from eventstore.samples import chat_session, demo_conversation, random_actions
-from eventstore.store import EventStore
+from eventstore import EventStore
 
 _ids = itertools.count()
 
@@ -160,11 +160,11 @@ def test_replay_yields_each_event_with_the_states_around_it(tt: EventStore) -> N
         assert s.after == state(tt, "r", s.event.version)
         assert s.before == state(tt, "r", s.event.version - 1)
     assert steps[0].changes[0].startswith("+ user u-1")
-    part = list(tt.replay("r", start=10, stop=12))
+    part = list(tt.replay("r", after=10, upto=12))
     assert [s.event.version for s in part] == [11, 12]
     assert part[0].to_json()["version"] == 11
     with pytest.raises(VersionNotFound):
-        tt.replay("r", start=12, stop=10)
+        tt.replay("r", after=12, upto=10)
 
 
 def test_turn_view_from_the_store(tt: EventStore) -> None:

@@ -170,14 +170,6 @@ def _progress() -> Progress:
     )
 
 
-def _event_json(e: Any) -> dict[str, Any]:
-    return dict(e.to_json())
-
-
-def _session_json(s: Any) -> dict[str, Any]:
-    return dict(s.to_json())
-
-
 def read_actions(path: str) -> list[dict[str, Any]]:
     """Actions from a JSON array, a single JSON object, or JSON Lines (``-`` = stdin)."""
     if path == "-":
@@ -281,7 +273,7 @@ def append(
     with open_store(ctx) as store:
         r = store.append(session, actions, expected_version=expected_version, actor=actor)
     if as_json:
-        print_json({"session": session, "version": r.version, "appended": len(actions)})
+        print_json(r.to_json())
     else:
         typer.echo(f"appended {len(actions)} event(s) to {session}: head is now {r.version}")
 
@@ -293,7 +285,7 @@ def sessions(ctx: typer.Context, as_json: bool = JsonOpt) -> None:
     with open_store(ctx) as store:
         infos = list(store.sessions())
     if as_json:
-        print_json([_session_json(s) for s in infos])
+        print_json([s.to_json() for s in infos])
         return
     out = _out()
     if not infos:
@@ -345,7 +337,7 @@ def history(
     if last:
         events.reverse()  # shown oldest first either way
     if as_json:
-        print_json([_event_json(e) for e in events])
+        print_json([e.to_json() for e in events])
     else:
         _out().print(render.history_table(events, session))
 
@@ -522,7 +514,7 @@ def replay(
     if start is not None and stop is not None and start > stop:
         usage(f"--from {start} is after --to {stop}")
     with open_store(ctx) as store:
-        steps = store.replay(session, start=start, stop=stop)
+        steps = store.replay(session, after=start, upto=stop)
         if as_json:
             print_json([s.to_json() for s in steps])
             return
@@ -545,48 +537,32 @@ def verify(
 
     Exits with code 1 when any problem is found.
     """
-    with open_store(ctx) as store:
-        if session is not None:
-            reports = [store.verify(session)]
-        else:
-            ids = [s.id for s in store.sessions()]
-            reports = []
-            with _progress() as bar:
-                task = bar.add_task("verifying", total=len(ids))
-                for sid in ids:
-                    reports.append(store.verify(sid))
-                    bar.advance(task)
-    ok = all(r.ok for r in reports)
-    problems = [p for r in reports for p in r.problems]
+    with open_store(ctx) as store, _progress() as bar:
+        task = bar.add_task("verifying", total=None)
+
+        def tick(done: int, total: int, _sid: str) -> None:
+            bar.update(task, completed=done, total=total)
+
+        report = store.verify(session, progress=tick)
     if as_json:
-        print_json(
-            {
-                "ok": ok,
-                "problems": problems,
-                "sessions": [sid for r in reports for sid in r.sessions],
-                "events": sum(r.events for r in reports),
-                "snapshots": sum(r.snapshots for r in reports),
-            }
-        )
+        print_json(report.to_json())
     else:
         out = _out()
-        for r in reports:
-            for sid in r.sessions:
-                mine = [p for p in r.problems if repr(sid) in p]
-                mark = "[red]FAILED[/red]" if mine else "[green]ok[/green]"
-                out.print(f"{sid}: {mark}")
-                for p in mine:
-                    out.print(f"  [red]•[/red] {p}")
-        if not reports or not any(r.sessions for r in reports):
+        for sid in report.sessions:
+            mine = report.for_session(sid)
+            mark = "[red]FAILED[/red]" if mine else "[green]ok[/green]"
+            out.print(f"{sid}: {mark}")
+            for p in mine:
+                out.print(f"  [red]•[/red] {p.message}")
+        if not report.sessions:
             typer.echo("no sessions to verify")
         else:
-            n = sum(r.events for r in reports)
             out.print(
-                f"{'[green]ok[/green]' if ok else '[red]problems found[/red]'}: "
-                f"{n} event(s) and {sum(r.snapshots for r in reports)} snapshot(s) checked"
+                f"{'[green]ok[/green]' if report.ok else '[red]problems found[/red]'}: "
+                f"{report.events} event(s) and {report.snapshots} snapshot(s) checked"
             )
-    if not ok:
-        fail(f"verify found {len(problems)} problem(s); see above")
+    if not report.ok:
+        fail(f"verify found {len(report.problems)} problem(s); see above")
 
 
 @app.command("export")
@@ -615,11 +591,8 @@ def export_cmd(
             n = store.export(session, buf, progress=tick)
             sys.stdout.write(buf.getvalue())
             sys.stdout.flush()
-        else:
-            tmp = output.with_name(output.name + ".part")
-            with tmp.open("w", encoding="utf-8") as fh:
-                n = store.export(session, fh, progress=tick)
-            tmp.replace(output)
+        else:  # the library writes PATH.part and renames it when complete
+            n = store.export(session, output, progress=tick)
     if output is not None:
         typer.echo(f"exported {n} event(s) of {session} to {output}", err=True)
 

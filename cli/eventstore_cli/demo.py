@@ -7,7 +7,8 @@ from typing import Any
 from rich.console import Console
 from rich.rule import Rule
 
-from eventstore import EventStore, SessionNotFound, samples
+from eventstore import EventStore, SessionNotFound
+from eventstore.samples import demo_conversation
 
 from . import render
 
@@ -76,7 +77,7 @@ def run_demo(store: EventStore, out: Console) -> tuple[str, str]:
     """Run the demo on ``store``, printing to ``out``; returns (session, branch) ids."""
     store.migrate()
     session = _free_id(store, "demo")
-    actions = samples.demo_conversation()
+    actions = demo_conversation()
     head = record(store, session, actions)
     # Fork right after turn 1 ends: the version of the last event before the second send.
     second_send = [i for i, a in enumerate(actions) if a["type"] == "send"][1]

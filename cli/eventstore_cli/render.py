@@ -314,11 +314,9 @@ def diff_view(d: Any) -> Group:
         out.append(Text("no differences", style="bold"))
         return Group(*out)
     for mid in d.removed:
-        m = d.left_messages.get(mid, {})
-        out.append(Text(f"- {m.get('role', '?')} {mid}: {_message_text(m)}", style="red"))
+        out.append(Text(f"- {d.summary(mid)}", style="red"))
     for mid in d.added:
-        m = d.right_messages.get(mid, {})
-        out.append(Text(f"+ {m.get('role', '?')} {mid}: {_message_text(m)}", style="green"))
+        out.append(Text(f"+ {d.summary(mid)}", style="green"))
     for c in d.details:
         out.append(Text(f"~ {c.role} {c.id}", style="yellow"))
         for line in c.lines:
@@ -358,16 +356,6 @@ def diff_events(d: Any) -> Group:
 
 def _err(e: Mapping[str, Any] | None) -> str:
     return "none" if not e else repr(e.get("message"))
-
-
-def _message_text(m: Mapping[str, Any]) -> str:
-    bits = []
-    for p in m.get("parts", []):
-        if p.get("type") == "text":
-            bits.append(shorten(str(p.get("text", "")), 50))
-        elif p.get("type") == "tool":
-            bits.append(f"[{p.get('name')} {p.get('state')}]")
-    return " ".join(bits) or "(empty)"
 
 
 def replay_line(step: Any, console: Console) -> None:

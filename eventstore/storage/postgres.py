@@ -20,7 +20,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DisconnectionError
 
 from .base import DIGEST_SIZE, EventRow, LoadParts, SnapshotRow
-from .sql import ErrorKind, SqlStorage, _session
+from .sql import ErrorKind, SqlStorage, session_row
 
 __all__ = ["PostgresStorage", "IMMUTABILITY_DDL_V1", "DROP_IMMUTABILITY_DDL_V1"]
 
@@ -386,7 +386,7 @@ class PostgresStorage(SqlStorage):
                 r = self._load_row(params, hot=False)
         if r is None:
             return LoadParts(None)
-        row = _session(r)
+        row = session_row(r)
         if row.parent_pk is not None:
             return LoadParts(row)
         return LoadParts(

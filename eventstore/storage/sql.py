@@ -189,7 +189,7 @@ def mask_url(url: str) -> str:
         return url.split("@")[-1].split("?")[0]
 
 
-def _session(r: Any) -> SessionRow:
+def session_row(r: Any) -> SessionRow:
     # Positional, in the column order of schema.sessions (_SESSION_COLS).
     return SessionRow(
         pk=r[0],
@@ -423,17 +423,17 @@ class SqlStorage(Storage):
 
     def get_session(self, tx: Tx, session_id: str) -> SessionRow | None:
         r = self._fetchone(tx, self._q_get_session, {"id": session_id})
-        return None if r is None else _session(r)
+        return None if r is None else session_row(r)
 
     def get_session_by_pk(self, tx: Tx, pk: int) -> SessionRow:
         r = self._fetchone(tx, self._q_get_session_pk, {"pk": pk})
         if r is None:
             raise StorageError(f"session row {pk} vanished; run `eventstore verify`")
-        return _session(r)
+        return session_row(r)
 
     def lock_session(self, tx: Tx, session_id: str) -> SessionRow | None:
         r = self._fetchone(tx, self._q_lock_session, {"id": session_id})
-        return None if r is None else _session(r)
+        return None if r is None else session_row(r)
 
     def insert_session(self, tx: Tx, new: NewSession) -> SessionRow | None:
         stmt = (
@@ -453,7 +453,7 @@ class SqlStorage(Storage):
             .returning(*_SESSION_COLS)
         )
         r = tx.execute(stmt).first()
-        return None if r is None else _session(r)
+        return None if r is None else session_row(r)
 
     def set_head(self, tx: Tx, pk: int, head: int, head_hash: bytes, head_turn: int) -> None:
         self._run(
@@ -508,7 +508,7 @@ class SqlStorage(Storage):
 
     def list_sessions(self, tx: Tx) -> list[SessionRow]:
         rows = tx.execute(select(*_SESSION_COLS).order_by(sessions.c.pk)).all()
-        return [_session(r) for r in rows]
+        return [session_row(r) for r in rows]
 
     def max_child_fork(self, tx: Tx, pk: int) -> int | None:
         v = tx.execute(
@@ -724,7 +724,7 @@ class SqlStorage(Storage):
             r = self._fetchone(tx, self._q_get_session, {"id": session_id})
             if r is None:
                 return LoadParts(None)
-            row = _session(r)
+            row = session_row(r)
             v = row.head if version is None else version
             if row.parent_pk is not None or not (row.baseline <= v <= row.head):
                 return LoadParts(row)  # a branch, or a version the store refuses

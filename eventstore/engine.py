@@ -1,0 +1,503 @@
+"""The engine: everything between the public API and storage, in one place.
+
+:class:`Engine` validates arguments (:mod:`eventstore.validate`), resolves session rows and
+lineages, computes states at versions, plans and writes snapshots, and holds the
+compaction primitive and the hash lookups. Its logic lives in :mod:`eventstore.planning`
+(pure functions over rows); this class adds only the synchronous storage calls around it.
+:class:`~eventstore.store.EventStore` is a thin facade over it, and the feature modules
+(:mod:`~eventstore.timetravel`, :mod:`~eventstore.compaction`, :mod:`~eventstore.transfer`,
+:mod:`~eventstore.verify`) take an engine, never the facade.
+
+How a version is loaded: resolve the session's *lineage* (itself, its parent up to the
+fork version, and so on) as segments of versions per session; take the newest usable
+snapshot inside them (made by this reducer version, or a compaction baseline); fold the
+events after it with the trusted fast fold. Snapshots are written every
+``snapshot_every`` versions in the transaction of the append that reaches them, so a
+load folds fewer than ``snapshot_every`` events.
+
+How an append is written: everything is validated and encoded first. Then, when this
+process appended to the session last (it remembers the head row, hash included), the
+*optimistic* path writes the events, moves the head only if it is still the remembered
+one, and stores any snapshot due — on PostgreSQL as one statement in one round trip. If
+the head had moved (another writer), or nothing is remembered, the *locked* path runs:
+lock the session row (``SELECT … FOR UPDATE`` / ``BEGIN IMMEDIATE``), create the session
+if needed, check event ids and ``expected_version``, insert, move the head, snapshot.
+Either way a batch is atomic and appends to one session are serialised by its row.
+
+Threads: one engine may be shared by any number of threads. Storage hands each thread its
+own connection; the only shared mutable state is the :class:`~eventstore.planning.AppendPlanner`
+caches, which are taken and put back under a lock (see there).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from .codec import decode_many, encode_action, encode_metadata
+from .errors import CompactedError, ConcurrencyError, InvalidEvent, SchemaError, SessionExists, SessionNotFound
+from .models import check_json, parse_actions
+from .planning import (
+    AppendPlanner,
+    State,
+    baselines,
+    check_version,
+    event_rows,
+    fold_tail,
+    head_after,
+    history_segments,
+    known_hash_turn,
+    missing_blob,
+    recorded,
+    replayed,
+    segments,
+    state_from_parts,
+)
+from .records import AppendResult, CompactionRecord, RecordedEvent, SessionInfo, to_datetime
+from .reducer import REDUCER_VERSION, fold_json
+from .storage import NewSession, Segment, SessionRow, SnapshotRow, Storage, open_storage
+from .storage.base import EventIdRace, Tx
+from .storage.migrate import HEAD_REVISION
+from .validate import MAX_VERSION, Limits, Validator
+
+__all__ = ["Engine", "DEFAULT_SNAPSHOT_EVERY", "HISTORY_CHUNK", "now_micros"]
+
+#: Chosen from ``python -m benchmarks store`` (see benchmarks/RESULTS.md, "## Store").
+DEFAULT_SNAPSHOT_EVERY = 128
+#: Events read per query when a history is iterated.
+HISTORY_CHUNK = 1000
+
+
+def now_micros() -> int:
+    """Microseconds since the Unix epoch, now (the one clock of the engine)."""
+    return time.time_ns() // 1000
+
+
+class Engine:
+    """Storage, the validator and the append planner, with the sync calls that join them.
+
+    Attributes:
+        storage: the database (rows of ids, integers and bytes).
+        validate: the argument validator every entry point uses.
+        planner: snapshot planning and the per-process caches.
+        snapshot_every: store the state every this many versions.
+    """
+
+    def __init__(
+        self,
+        url: Any,
+        *,
+        snapshot_every: Any = DEFAULT_SNAPSHOT_EVERY,
+        max_event_bytes: Any = 1 << 20,
+        max_id_length: Any = 256,
+        **storage_options: Any,
+    ) -> None:
+        for name, value in (
+            ("snapshot_every", snapshot_every),
+            ("max_event_bytes", max_event_bytes),
+            ("max_id_length", max_id_length),
+        ):
+            if type(value) is not int or value < 1:
+                raise InvalidEvent(f"{name} must be a positive integer, got {value!r}", field=name)
+        if not isinstance(url, str):
+            raise InvalidEvent(f"url must be a string, got {type(url).__name__}", field="url")
+        self.snapshot_every: int = snapshot_every
+        self.validate = Validator(Limits(max_event_bytes, max_id_length))
+        self.planner = AppendPlanner(snapshot_every)
+        self.storage: Storage = open_storage(url, **storage_options)
+
+    # -- lifecycle and schema -----------------------------------------------------------
+
+    def close(self) -> None:
+        """Release every connection and forget the caches."""
+        self.storage.close()
+        self.planner.clear()
+
+    def migrate(self) -> None:
+        """Create or upgrade the schema to the newest revision."""
+        self.storage.migrate()
+
+    def check_schema(self) -> None:
+        """Raise :class:`SchemaError` unless the database has this version's schema."""
+        rev = self.storage.schema_revision()
+        url = self.storage.safe_url
+        if rev is None:
+            raise SchemaError(f"the database {url} has no eventstore schema; run `eventstore migrate`")
+        if rev != HEAD_REVISION:
+            raise SchemaError(
+                f"the database {url} has eventstore schema revision {rev}, this version "
+                f"needs {HEAD_REVISION}; run `eventstore migrate`"
+            )
+
+    # -- rows and lineage ---------------------------------------------------------------
+
+    def row(self, tx: Tx, session: Any) -> SessionRow:
+        """The row of a session (its id validated first).
+
+        Raises:
+            InvalidEvent: the id is not valid.
+            SessionNotFound: there is no such session.
+        """
+        self.validate.id(session, "session")
+        row = self.storage.get_session(tx, session)
+        if row is None:
+            raise SessionNotFound(session)
+        return row
+
+    def session_row(self, session: Any) -> SessionRow:
+        """:meth:`row` in a read transaction of its own."""
+        with self.storage.read() as tx:
+            return self.row(tx, session)
+
+    def lineage(self, tx: Tx, row: SessionRow) -> list[SessionRow]:
+        """``row`` and the sessions it descends from, root first."""
+        chain = [row]
+        while chain[-1].parent_pk is not None:
+            chain.append(self.storage.get_session_by_pk(tx, chain[-1].parent_pk))
+        chain.reverse()
+        return chain
+
+    def hash_turn_at(self, tx: Tx, row: SessionRow, version: int) -> tuple[bytes, int]:
+        """The chain hash and turn number at a version of a session's lineage.
+
+        Raises:
+            CompactedError: the event at that version is gone.
+        """
+        known = known_hash_turn(row, version)
+        if known is not None:
+            return known
+        lineage = self.lineage(tx, row)
+        for seg in segments(lineage, version):
+            if seg.after < version <= seg.upto:
+                e = self.storage.event_at(tx, seg.session_pk, version)
+                if e is not None:
+                    return e.hash, e.turn
+                owner = next(r for r in lineage if r.pk == seg.session_pk)
+                if owner.baseline == version and owner.baseline_hash is not None:
+                    return owner.baseline_hash, owner.baseline_turn
+        raise CompactedError(row.id, version, row.baseline, row.head)
+
+    # -- states -------------------------------------------------------------------------
+
+    def state_at(self, tx: Tx, row: SessionRow, version: int) -> State:
+        """The state dict after ``version`` (already checked against ``row``)."""
+        if version == 0:
+            return fold_json(None, ())
+        st = self.storage
+        lineage = self.lineage(tx, row) if row.parent_pk is not None else [row]
+        segs = segments(lineage, version)
+        snap = st.latest_snapshot(tx, segs, REDUCER_VERSION, baselines(lineage, version))
+        base = 0
+        state: State | None = None
+        if snap is not None:
+            base = snap.version
+            state = self.decode_snapshot(tx, snap)
+        payloads: list[bytes] = []
+        for seg in segs:
+            if seg.upto > base:
+                payloads += st.read_payloads(tx, seg.session_pk, after=max(seg.after, base), upto=seg.upto)
+        return fold_tail(row.id, base, version, state, decode_many(payloads))
+
+    def decode_snapshot(self, tx: Tx, snap: SnapshotRow) -> State:
+        """The state a snapshot row stands for."""
+        ordered = self.storage.ordered_bodies(tx, snap.message_digests)
+        if None in ordered:
+            raise missing_blob(snap.version)
+        return self.planner.codec.decode(snap.rest, ordered)  # type: ignore[arg-type]
+
+    def load(self, session: Any, version: Any = None) -> State:
+        """The state dict of a session at a version (``None``: the head)."""
+        self.validate.id(session, "session")
+        self.validate.version(version)
+        if version is None or 0 < version <= MAX_VERSION:
+            # One round trip for a root session (PostgreSQL); branches and backends
+            # without the statement take the general path below.
+            parts = self.storage.load_parts(session, version, REDUCER_VERSION)
+            if parts is not None:
+                if parts.row is None:
+                    raise SessionNotFound(session)
+                v = check_version(parts.row, version)
+                if parts.complete:
+                    return state_from_parts(parts, v)
+        with self.storage.read() as tx:
+            row = self.row(tx, session)
+            return self.state_at(tx, row, check_version(row, version))
+
+    def put_snapshot(self, tx: Tx, pk: int, version: int, state: Mapping[str, Any], written: set[bytes]) -> None:
+        """Store ``state`` as the snapshot of session ``pk`` at ``version``; add the blobs
+        written to ``written`` (the caller reports them to the planner after commit)."""
+        snap, fresh = self.planner.snapshot(pk, version, state)
+        fresh = {d: body for d, body in fresh.items() if d not in written}
+        self.storage.put_snapshot(tx, snap, fresh)
+        written.update(fresh)
+
+    # -- append -------------------------------------------------------------------------
+
+    def append(
+        self,
+        session: Any,
+        actions: Any,
+        *,
+        expected_version: Any = None,
+        event_ids: Any = None,
+        actor: Any = None,
+        metadata: Any = None,
+    ) -> AppendResult:
+        """Validate and append a batch (see :meth:`eventstore.EventStore.append`)."""
+        v = self.validate
+        v.id(session, "session")
+        v.count(expected_version, "expected_version")
+        if actions is None or isinstance(actions, (str, bytes, Mapping)) or not isinstance(actions, Iterable):
+            raise InvalidEvent("actions must be a list of actions", field="actions")
+        models = parse_actions(actions)
+        if not models:
+            raise InvalidEvent("an append needs at least one action")
+        action_dicts = [m.to_json() for m in models]
+        encoded = [encode_action(a) for a in action_dicts]
+        for i, (_, payload) in enumerate(encoded):
+            v.size(payload, "the action", index=i)
+        ids = v.event_ids(event_ids, len(models))
+        v.optional_id(actor, "actor")
+        if isinstance(metadata, Mapping):
+            check_json(dict(metadata), "metadata")  # orjson would turn NaN into null
+        meta = encode_metadata(metadata)
+        if meta is not None:
+            v.size(meta, "metadata", field="metadata")
+        try:
+            return self._append(session, action_dicts, encoded, expected_version, ids, actor, meta, True)
+        except EventIdRace:
+            # One of our ids was already recorded (a retry on the optimistic path, or another
+            # writer between our check and our insert): re-read under the lock and decide
+            # between the original result and a conflict.
+            return self._append(session, action_dicts, encoded, expected_version, ids, actor, meta, False)
+
+    def _append(
+        self,
+        session: str,
+        action_dicts: list[dict[str, Any]],
+        encoded: list[tuple[str, bytes]],
+        expected: int | None,
+        ids: tuple[str, ...] | None,
+        actor: str | None,
+        meta: bytes | None,
+        fast: bool,
+    ) -> AppendResult:
+        st = self.storage
+        planner = self.planner
+        now = now_micros()
+        # The head this process saw after its last append to the session, if any.
+        known = planner.take_head(session) if fast else None
+        if known is not None and expected is not None and expected != known.head:
+            known = None  # the caller expects another head: let the locked path decide
+        if known is not None:
+            # Optimistic path: the head check is part of the write, and so are the snapshots
+            # this batch reaches (PostgreSQL: one statement, its own transaction).
+            rows, prev, turn = event_rows(known, session, encoded, ids, actor, meta, now)
+            plan = planner.plan(known, action_dicts, rows[-1].version)
+            if plan is not None and st.append_fast(
+                known.pk, known.head, known.head_hash, rows, turn, plan.snapshots, plan.blobs
+            ):
+                return self._appended(known, rows, prev, turn, plan, ids, now)
+        with st.write(session=session, expected=expected) as tx:
+            row = st.lock_session(tx, session)
+            if row is None:
+                if expected not in (None, 0):
+                    raise ConcurrencyError(session, expected, 0)
+                row = st.insert_session(tx, NewSession(id=session, created_at=now))
+                if row is None:  # created concurrently: wait for its lock
+                    row = st.lock_session(tx, session)
+                    assert row is not None
+            if ids is not None:
+                prior = st.events_by_id(tx, row.pk, ids)
+                if prior:
+                    return replayed(session, prior, ids, encoded, actor, meta)
+            if expected is not None and row.head != expected:
+                raise ConcurrencyError(session, expected, row.head)
+            rows, prev, turn = event_rows(row, session, encoded, ids, actor, meta, now)
+            head = rows[-1].version
+            st.insert_events(tx, rows)
+            st.set_head(tx, row.pk, head, prev, turn)
+            plan = planner.plan(row, action_dicts, head)
+            if plan is None:
+                # Re-read the row: a compaction elsewhere may have moved its baseline.
+                fresh = st.get_session(tx, row.id) or row
+                plan = planner.plan(row, action_dicts, head, self.state_at(tx, fresh, row.head))
+                assert plan is not None
+            for snap in plan.snapshots:
+                st.put_snapshot(tx, snap, plan.blobs if snap is plan.snapshots[0] else {})
+        return self._appended(row, rows, prev, turn, plan, ids, now)
+
+    def _appended(
+        self,
+        row: SessionRow,
+        rows: list[Any],
+        prev: bytes,
+        turn: int,
+        plan: Any,
+        ids: tuple[str, ...] | None,
+        now: int,
+    ) -> AppendResult:
+        """Bookkeeping after a committed append: caches, and the result."""
+        head = rows[-1].version
+        self.planner.committed(head_after(row, head, prev, turn), plan)
+        return AppendResult(
+            session=row.id,
+            version=head,
+            first_version=row.head + 1,
+            count=len(rows),
+            event_ids=ids,
+            recorded_at=to_datetime(now),
+        )
+
+    # -- reads --------------------------------------------------------------------------
+
+    def head(self, session: Any) -> int:
+        """The newest version of a session."""
+        return self.session_row(session).head
+
+    def history(
+        self,
+        session: Any,
+        *,
+        after: Any = None,
+        upto: Any = None,
+        limit: Any = None,
+        desc: Any = False,
+    ) -> Iterator[RecordedEvent]:
+        """The events of a session's lineage (see :meth:`eventstore.EventStore.history`)."""
+        v = self.validate
+        v.version(after, "after")
+        v.version(upto, "upto")
+        v.count(limit, "limit")
+        v.flag(desc, "desc")
+        with self.storage.read() as tx:
+            row = self.row(tx, session)
+            lineage = self.lineage(tx, row)
+        names = {r.pk: r.id for r in lineage}
+        return self._iter_history(history_segments(lineage, row, after, upto), names, limit, desc)
+
+    def _iter_history(
+        self, segs: list[Segment], names: dict[int, str], limit: int | None, desc: bool
+    ) -> Iterator[RecordedEvent]:
+        left = limit
+        for seg in reversed(segs) if desc else segs:
+            lo, hi = seg.after, seg.upto
+            while lo < hi and (left is None or left > 0):
+                size = HISTORY_CHUNK if left is None else min(left, HISTORY_CHUNK)
+                with self.storage.read() as tx:
+                    rows = self.storage.read_events(tx, seg.session_pk, after=lo, upto=hi, limit=size, desc=desc)
+                if not rows:
+                    break
+                for e in rows:
+                    yield recorded(e, names[e.session_pk])
+                if left is not None:
+                    left -= len(rows)
+                if desc:
+                    hi = rows[-1].version - 1
+                else:
+                    lo = rows[-1].version
+                if len(rows) < size:
+                    break
+
+    def session_rows(self) -> list[SessionRow]:
+        """Every session row, oldest first."""
+        with self.storage.read() as tx:
+            return self.storage.list_sessions(tx)
+
+    def sessions(self) -> list[SessionInfo]:
+        """Every session (roots and branches), oldest first."""
+        rows = self.session_rows()
+        names = {r.pk: r.id for r in rows}
+        return [
+            SessionInfo(
+                id=r.id,
+                parent=None if r.parent_pk is None else names.get(r.parent_pk),
+                fork_version=r.fork_version,
+                head=r.head,
+                baseline=r.baseline,
+                created_at=to_datetime(r.created_at),
+                head_turn=r.head_turn,
+            )
+            for r in rows
+        ]
+
+    # -- branch -------------------------------------------------------------------------
+
+    def branch(self, session: Any, *, at: Any = None, new_id: Any = None) -> str:
+        """Fork a session copy-on-write (see :meth:`eventstore.EventStore.branch`)."""
+        v = self.validate
+        v.id(session, "session")
+        v.version(at, "at")
+        if new_id is None:
+            new_id = f"{session}-{uuid.uuid4().hex[:8]}"
+        v.id(new_id, "new_id")
+        st = self.storage
+        with st.write() as tx:
+            row = st.lock_session(tx, session)
+            if row is None:
+                raise SessionNotFound(session)
+            fork = check_version(row, at)
+            h, turn = self.hash_turn_at(tx, row, fork)
+            new = NewSession(
+                id=new_id,
+                created_at=now_micros(),
+                parent_pk=row.pk,
+                fork_version=fork,
+                head=fork,
+                head_hash=h,
+                head_turn=turn,
+                # What the parent compacted away is gone for the branch too.
+                baseline=row.baseline,
+                baseline_hash=row.baseline_hash,
+                baseline_turn=row.baseline_turn,
+            )
+            if st.insert_session(tx, new) is None:
+                raise SessionExists(new_id)
+        return str(new_id)
+
+    # -- compaction primitive -----------------------------------------------------------
+
+    def compact_baseline(self, session: Any, upto: Any) -> CompactionRecord:
+        """Make the state at ``upto`` the session's baseline and delete what it replaces.
+
+        One transaction: the baseline snapshot is written first, then ``sessions.baseline``
+        moves, then the session's own events ``1..upto`` are deleted under a compaction
+        permit — except those a branch forked from this session still reads (at or below
+        its fork version). Loading below ``upto`` then raises :class:`CompactedError`;
+        every version at or above it loads exactly as before, and so does every branch.
+
+        Returns:
+            A :class:`CompactionRecord` (a no-op when ``upto`` is the current baseline).
+
+        Raises:
+            InvalidEvent: an argument is malformed (``upto`` is required).
+            SessionNotFound, VersionNotFound, CompactedError: as for a load.
+        """
+        self.validate.id(session, "session")
+        if self.validate.version(upto, "upto") is None:
+            raise InvalidEvent("upto must be an integer version, got None", field="upto")
+        st = self.storage
+        new_blobs: set[bytes] = set()
+        with st.write() as tx:
+            row = st.lock_session(tx, session)
+            if row is None:
+                raise SessionNotFound(session)
+            v = check_version(row, upto)
+            keep = st.max_child_fork(tx, row.pk)
+            if v == row.baseline:
+                return CompactionRecord(session, v, row.baseline, 0, keep)
+            # The snapshot first: it is what keeps the state after the delete.
+            self.put_snapshot(tx, row.pk, v, self.state_at(tx, row, v), new_blobs)
+            h, turn = self.hash_turn_at(tx, row, v)
+            deleted = st.compact(
+                tx,
+                row.pk,
+                upto=v,
+                keep_upto=max(keep or 0, row.fork_version or 0),
+                baseline_hash=h,
+                baseline_turn=turn,
+            )
+        self.planner.committed(blobs=new_blobs)
+        return CompactionRecord(session, v, row.baseline, deleted, keep)
