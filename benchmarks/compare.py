@@ -76,7 +76,7 @@ def split_turns(actions: Sequence[Action]) -> list[list[Action]]:
 
 
 def reference(actions: Sequence[Action]) -> dict[str, Any]:
-    """The reference state: the validating fold of the actions, as SPEC §1 JSON."""
+    """The reference state: the validating fold of the actions, as wire-shaped JSON."""
     return fold(list(actions)).to_json()
 
 

@@ -63,7 +63,7 @@ def encode_action(action_json: Mapping[str, Any]) -> tuple[str, bytes]:
 
 
 def decode_payload(payload: bytes) -> dict[str, Any]:
-    """The action dict (SPEC §1 shape) stored in ``payload``."""
+    """The action dict (the wire shape, docs/format.md) stored in ``payload``."""
     obj: dict[str, Any] = orjson.loads(payload)
     return obj
 

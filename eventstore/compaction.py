@@ -104,7 +104,7 @@ def compact(
     archived, where = 0, None
     if archive is not None:
         archived = export(engine, session, archive)
-        where = "<stream>" if hasattr(archive, "write") else str(os.fspath(archive))  # type: ignore[arg-type]
+        where = "<stream>" if hasattr(archive, "write") else str(os.fspath(archive))
     rec = engine.compact_baseline(session, upto)
     return CompactResult(
         session=session,

@@ -1,7 +1,7 @@
 """State-to-state diff and the fork-point search behind ``EventStore.diff``.
 
 PURE: this module imports no storage, clock or I/O. It works on JSON-shaped states
-(SPEC §1, what ``SessionState.to_json()`` returns) and on session lineages described
+(the wire shape in docs/format.md, what ``SessionState.to_json()`` returns) and on session lineages described
 as plain tuples, so it can be tested without a database.
 
 Two pieces:
@@ -203,7 +203,7 @@ class SessionDiff:
         return self.describe()
 
     def to_json(self) -> JSON:
-        """The SPEC §3 shape plus event counts and per-message change descriptions."""
+        """The documented shape (docs/format.md) plus event counts and per-message change descriptions."""
         return {
             "left": self.left.to_json(),
             "right": self.right.to_json(),

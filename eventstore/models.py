@@ -1,4 +1,4 @@
-"""Pydantic v2 models of the wire shapes in SPEC §1: actions, stream parts and the session state.
+"""Pydantic v2 models of the wire shapes in docs/format.md: actions, stream parts and the session state.
 
 Two kinds of model live here, on purpose:
 
@@ -163,7 +163,7 @@ class AgentRun(TypedDict):
 class SessionState(BaseModel):
     """The chat session: its messages, whether a run is streaming, and the last error.
 
-    ``messages`` holds plain dicts in the SPEC §1 shape. States share nested structures
+    ``messages`` holds plain dicts in the wire shape. States share nested structures
     with each other and with what :meth:`to_json` returns, so callers must never mutate
     them; build new states with the reducer instead.
 
@@ -200,7 +200,7 @@ class SessionState(BaseModel):
         """Wrap a state dict without validating it (for data eventstore produced itself).
 
         Args:
-            data: a dict in the SPEC §1 state shape; it is shared, not copied.
+            data: a dict in the wire shape of a state; it is shared, not copied.
 
         Returns:
             The state. Passing anything not produced by the reducer or
@@ -211,7 +211,7 @@ class SessionState(BaseModel):
         )
 
     def to_json(self) -> dict[str, Any]:
-        """The SPEC §1 state object: ``{"messages", "status", "error"?}``.
+        """The state object in its wire shape: ``{"messages", "status", "error"?}``.
 
         Returns:
             A new top-level dict; ``error`` is omitted when unset. The nested messages are
@@ -234,7 +234,7 @@ class WireModel(BaseModel):
     )
 
     def to_json(self) -> dict[str, Any]:  # pragma: no cover - every subclass overrides
-        """The exact SPEC §1 wire dict (camelCase, optional keys omitted)."""
+        """The exact wire dict (camelCase, optional keys omitted)."""
         raise NotImplementedError
 
 
@@ -456,7 +456,7 @@ Action = Annotated[
 """One event of a session, discriminated on ``type``."""
 
 ACTION_TYPES: tuple[str, ...] = ("send", "part", "toolPhase", "stop", "retry", "reset")
-"""The valid action ``type`` values, in SPEC order."""
+"""The valid action ``type`` values, in the order docs/format.md lists them."""
 
 PART_TYPES: tuple[str, ...] = (
     "message-start",
@@ -469,7 +469,7 @@ PART_TYPES: tuple[str, ...] = (
     "finish",
     "error",
 )
-"""The valid stream part ``type`` values, in SPEC order."""
+"""The valid stream part ``type`` values, in the order docs/format.md lists them."""
 
 _ACTION_CLASSES = (SendAction, PartAction, ToolPhaseAction, StopAction, RetryAction, ResetAction)
 _ACTION_ADAPTER: TypeAdapter[Any] = TypeAdapter(Action)
@@ -661,7 +661,7 @@ def _reason(err: Mapping[str, Any], field: str) -> str:
 
 
 def parse_action(obj: Mapping[str, Any] | Action) -> Action:
-    """Validate one action (a SPEC §1 JSON object) into its model.
+    """Validate one action (a JSON object in the wire shape) into its model.
 
     Args:
         obj: a dict as decoded from JSON, or an already validated action model (returned
@@ -701,7 +701,7 @@ def parse_action(obj: Mapping[str, Any] | Action) -> Action:
 
 
 def parse_state(obj: Mapping[str, Any] | SessionState) -> SessionState:
-    """Validate a session state (a SPEC §1 state object) into a :class:`SessionState`.
+    """Validate a session state (a state object in the wire shape) into a :class:`SessionState`.
 
     Raises:
         InvalidState: when ``obj`` is not a valid state; ``field`` is the dotted location.

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -373,7 +373,7 @@ class AppendPlanner:
         self,
         row: SessionRow | None = None,
         plan: AppendPlan | None = None,
-        blobs: Mapping[bytes, bytes] | None = None,
+        blobs: Collection[bytes] | None = None,
     ) -> None:
         """Remember what a committed write left: the new head row, its cached state and
         the blobs now stored (only after commit: a rolled-back blob must not be taken as

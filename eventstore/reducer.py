@@ -1,4 +1,4 @@
-"""The session reducer: a pure state machine over the actions of SPEC §1–§2.
+"""The session reducer: a pure state machine over the actions described in docs/format.md.
 
 This module is PURE: it imports nothing from storage, reads no clock, makes no ids and
 does no I/O; the same inputs always give the same output, and inputs are never mutated.
@@ -12,7 +12,7 @@ Public entry points:
   action dicts in, a state dict out, no validation.
 - :func:`resumable`, :func:`is_cancelled`, :func:`initial_state`.
 
-How it stays fast and linear: the state is plain dicts and lists (SPEC §1 shape). One
+How it stays fast and linear: the state is plain dicts and lists (the wire shape, docs/format.md). One
 internal function (:func:`_apply`) applies an action by copying only the path it changes
 (structural sharing). Within one fold, every container the fold has copied is recorded as
 *owned* by that fold; later writes mutate owned containers in place instead of copying
@@ -285,7 +285,7 @@ def _tool_outcome(root: dict[str, Any], run: Path, part: Mapping[str, Any], ctx:
     if part["type"] == "tool-result":
         call["state"] = "done"
         call["output"] = part.get("output")
-        # SPEC §1: `error` is present only on a call that a tool-error ended.
+        # The wire format: `error` is present only on a call that a tool-error ended.
         call.pop("error", None)
     else:
         error = part.get("error")
@@ -446,8 +446,8 @@ def apply_action(state: dict[str, Any], action: Mapping[str, Any]) -> dict[str, 
     """One trusted step on JSON-shaped data (no validation).
 
     Args:
-        state: a state dict in the SPEC §1 shape (never mutated).
-        action: an action dict in the SPEC §1 shape, assumed valid.
+        state: a state dict in the wire shape (never mutated).
+        action: an action dict in the wire shape, assumed valid.
 
     Returns:
         The next state dict: ``state`` itself when nothing changed, else a new dict that
@@ -542,7 +542,7 @@ def fold(
     Equivalent to repeated :func:`session_reducer` but linear in the number of actions.
 
     Args:
-        actions: action models or dicts in the SPEC §1 shape (dicts are validated).
+        actions: action models or dicts in the wire shape (dicts are validated).
         state: the starting state (model or dict); never mutated.
 
     Returns:
@@ -569,13 +569,13 @@ def fold(
 def session_reducer(
     state: SessionState | Mapping[str, Any], action: Action | Mapping[str, Any]
 ) -> SessionState:
-    """The next session state after one action (SPEC §2).
+    """The next session state after one action (docs/format.md, "The reducer").
 
     Pure: never mutates ``state`` or ``action``, no I/O, deterministic.
 
     Args:
-        state: the current state, a :class:`SessionState` or a SPEC §1 dict (validated).
-        action: an action model, or a SPEC §1 action dict (validated with
+        state: the current state, a :class:`SessionState` or a dict in the wire shape (validated).
+        action: an action model, or an action dict in the wire shape (validated with
             :func:`parse_action`).
 
     Returns:
@@ -603,7 +603,7 @@ def resumable(messages: list[Any]) -> list[Any]:
     user message: the messages unchanged. Only top-level tool parts count.
 
     Args:
-        messages: the session's messages (plain dicts in the SPEC §1 shape); not mutated.
+        messages: the session's messages (plain dicts in the wire shape); not mutated.
 
     Returns:
         A new list. Unchanged messages are shared, a cut message is a new dict.

@@ -1,4 +1,4 @@
-"""Deterministic sample sessions: action lists in the SPEC §1 wire shape.
+"""Deterministic sample sessions: action lists in the wire shape (docs/format.md).
 
 Everything here is plain data (``list[dict]``) built from a seeded :class:`random.Random`,
 so the same arguments always give byte-identical actions. Benchmarks, the CLI demo and
@@ -63,7 +63,7 @@ def chat_session(turns: int, seed: int = 0, *, deltas: int = 40) -> list[dict[st
         deltas: text deltas per assistant message (varied by ±10% per message).
 
     Returns:
-        The actions as plain dicts in the SPEC §1 wire shape.
+        The actions as plain dicts in the wire shape (docs/format.md).
     """
     rng = random.Random(seed)
     actions: list[dict[str, Any]] = []
@@ -128,7 +128,7 @@ def demo_conversation() -> list[dict[str, Any]]:
     retries, and the assistant finishes the checkout.
 
     Returns:
-        About 60 actions as plain dicts in the SPEC §1 wire shape.
+        About 60 actions as plain dicts in the wire shape (docs/format.md).
     """
     a: list[dict[str, Any]] = []
     a.append({"type": "send", "id": "u-1", "text": "I need two coffee mugs, dishwasher safe."})
@@ -322,7 +322,7 @@ def random_actions(rng: random.Random, n: int) -> list[dict[str, Any]]:
         n: number of actions.
 
     Returns:
-        ``n`` actions as plain dicts in the SPEC §1 wire shape.
+        ``n`` actions as plain dicts in the wire shape (docs/format.md).
     """
     # Message ids per run: None is the top-level run, a call id is that call's nested run.
     runs: dict[str | None, list[str]] = {None: []}

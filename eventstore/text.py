@@ -19,8 +19,8 @@ def iso(when: datetime) -> str:
 
 def shorten(text: Any, limit: int = 60) -> str:
     """Collapse whitespace and cut ``text`` to ``limit`` characters with an ellipsis."""
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def message_text(message: Mapping[str, Any]) -> str:

@@ -1,4 +1,4 @@
-"""Hypothesis strategies for actions in the SPEC §1 wire shape (plain dicts).
+"""Hypothesis strategies for actions in the wire shape (docs/format.md) (plain dicts).
 
 Importable by every test module (the tests directory is on ``sys.path``)::
 
@@ -84,7 +84,7 @@ stream_parts: st.SearchStrategy[dict[str, Any]] = st.one_of(
         st.sampled_from([None, *ERROR_CODES]),
     ),
 )
-"""One stream part (SPEC §1)."""
+"""One stream part (docs/format.md)."""
 
 _part_actions = st.builds(
     lambda p, w: _with_optional({"type": "part", "part": p}, "within", w),
@@ -108,7 +108,7 @@ actions: st.SearchStrategy[dict[str, Any]] = st.one_of(
     st.just({"type": "retry"}),
     st.just({"type": "reset"}),
 )
-"""One action (SPEC §1) as a plain dict; always passes ``parse_action``."""
+"""One action (docs/format.md) as a plain dict; always passes ``parse_action``."""
 
 action_lists: st.SearchStrategy[list[dict[str, Any]]] = st.lists(actions, max_size=40)
 """A session's worth of actions, oldest first."""

@@ -129,7 +129,7 @@ def valid_actions(draw: st.DrawFn) -> dict[str, Any]:
 
 
 def _strip_null_optionals(action: Any) -> Any:
-    """SPEC §1: optional keys are omitted when unset; a ``null`` optional is normalised away."""
+    """The wire format: optional keys are omitted when unset; a ``null`` optional is normalised away."""
     if not isinstance(action, dict):
         return action
     out = {k: v for k, v in action.items() if not (k in OPTIONAL_KEYS and v is None)}

@@ -1,4 +1,4 @@
-"""The wire models: every SPEC §1 shape parses and round-trips; malformed input is refused
+"""The wire models: every wire shape of docs/format.md parses and round-trips; malformed input is refused
 with an InvalidEvent that names the field and the problem."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from eventstore.models import (
     parse_actions,
 )
 
-SPEC_ACTIONS: list[dict[str, Any]] = [
+WIRE_ACTIONS: list[dict[str, Any]] = [
     {"type": "send", "id": "u-1", "text": "Add two mugs to the cart"},
     {"type": "part", "part": {"type": "message-start", "messageId": "a-1"}},
     {"type": "part", "part": {"type": "message-start", "messageId": "a-1"}, "within": "call-7"},
@@ -52,7 +52,7 @@ SPEC_ACTIONS: list[dict[str, Any]] = [
 ]
 
 
-@pytest.mark.parametrize("action", SPEC_ACTIONS, ids=lambda a: a.get("part", {}).get("type", a["type"]))
+@pytest.mark.parametrize("action", WIRE_ACTIONS, ids=lambda a: a.get("part", {}).get("type", a["type"]))
 def test_every_spec_shape_parses_and_round_trips_exactly(action: dict[str, Any]) -> None:
     model = parse_action(action)
     assert model.to_json() == action
@@ -134,7 +134,7 @@ def test_non_objects_are_refused(bad: Any) -> None:
 
 
 def test_parse_actions_sets_the_index_of_the_offending_action() -> None:
-    good = SPEC_ACTIONS[0]
+    good = WIRE_ACTIONS[0]
     assert [a.to_json() for a in parse_actions([good, good])] == [good, good]
     with pytest.raises(InvalidEvent) as exc:
         parse_actions([good, good, {"type": "send", "id": "u"}])

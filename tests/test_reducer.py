@@ -1,5 +1,5 @@
-"""The reducer, behaviour by behaviour: every row of the seed's two tables and every
-sentence of SPEC §2, plus the seed's own example."""
+"""The reducer, behaviour by behaviour: every rule of docs/format.md ("The reducer"), every
+row of its two tables, and its worked example."""
 
 from __future__ import annotations
 
@@ -110,10 +110,10 @@ def step_same(state: SessionState, action: dict[str, Any]) -> bool:
     return session_reducer(state, action) is state
 
 
-# --------------------------------------------------------------------------- the seed's example
+# --------------------------------------------------------------------------- the reference example (docs/format.md)
 
 
-def test_seed_example_ends_in_error_and_resumes_through_finished_call() -> None:
+def test_reference_example_ends_in_error_and_resumes_through_finished_call() -> None:
     state: Any = {"messages": [], "status": "idle"}
     state = session_reducer(state, send("u-1", "Add two mugs to the cart"))
     for p in [
@@ -487,7 +487,7 @@ def test_tool_result_replaces_a_previous_tool_error() -> None:
     assert tool(s, "c1")["state"] == "done" and "error" not in tool(s, "c1")
 
 
-# --------------------------------------------------------------------------- unknown ids (SPEC §2)
+# --------------------------------------------------------------------------- unknown ids (docs/format.md, "The reducer")
 
 
 @pytest.mark.parametrize(

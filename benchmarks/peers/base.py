@@ -11,7 +11,7 @@ calls on the same workload, so the numbers are comparable:
 - :meth:`Target.append` is *one durable write*: one transaction for the event stores, one
   checkpoint (or one graph run) for LangGraph. The harness calls it once per event or once
   per turn and times it;
-- :meth:`Target.load` returns the state in the SPEC §1 JSON shape, which the harness
+- :meth:`Target.load` returns the state in the wire shape (JSON), which the harness
   compares with the reference fold: a fast but wrong target is reported as wrong.
 
 Versions are event counts: version ``v`` is the state after the first ``v`` actions.
@@ -66,11 +66,11 @@ class Target(Protocol):
 
         Args:
             session: the session id; created by its first append.
-            actions: SPEC §1 action dicts, in order.
+            actions: action dicts in the wire shape, in order.
         """
 
     def load(self, session: str, version: int | None = None) -> State:
-        """The session's state after ``version`` events (``None`` = head), as SPEC §1 JSON.
+        """The session's state after ``version`` events (``None`` = head), as wire-shaped JSON.
 
         Raises:
             Unsupported: the target kept no state at that version.

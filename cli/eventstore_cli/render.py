@@ -58,7 +58,7 @@ def styled_status(status: str | None) -> Text:
 
 
 def action_summary(action: Mapping[str, Any]) -> str:
-    """A one-line description of an action (SPEC §1 shape)."""
+    """A one-line description of an action (the wire shape, docs/format.md)."""
     kind = action.get("type")
     if kind == "send":
         return f"{action.get('id')}: {shorten(str(action.get('text', '')), 50)!r}"
