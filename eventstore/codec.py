@@ -262,12 +262,6 @@ class SnapshotCodec:
         return rest, b"".join(digests), blobs
 
     @staticmethod
-    def split_digests(message_digests: bytes) -> list[bytes]:
-        """The individual digests of a snapshot's ``message_digests``."""
-        n = DIGEST_SIZE
-        return [message_digests[i : i + n] for i in range(0, len(message_digests), n)]
-
-    @staticmethod
     def decode(rest: bytes, bodies: Sequence[bytes]) -> dict[str, Any]:
         """Rebuild the state dict from ``rest`` and the message bodies in order."""
         # One parse of a JSON array is much faster than one orjson call per message.
@@ -282,11 +276,6 @@ class SnapshotCodec:
         state: dict[str, Any] = {"messages": orjson.loads(b"[" + joined + b"]")}
         state.update(orjson.loads(rest))
         return state
-
-    @staticmethod
-    def body_digest(body: bytes) -> bytes:
-        """The digest a blob body is stored under."""
-        return hashlib.sha256(body).digest()[:DIGEST_SIZE]
 
 
 def decode_many(payloads: Iterable[bytes]) -> list[dict[str, Any]]:

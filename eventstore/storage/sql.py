@@ -89,7 +89,7 @@ class Compiled:
         self.keys: tuple[str, ...] | None = tuple(c.positiontup) if c.positional else None
         # Values of literals the statement binds itself (`version > 0`, `LIMIT 1`).
         self.defaults: dict[str, Any] = {
-            k: v for k, v in c.params.items() if v is not None and k not in _NAMED
+            k: v for k, v in c.params.items() if v is not None
         }
 
     def args(self, params: Mapping[str, Any]) -> Any:
@@ -102,7 +102,6 @@ class Compiled:
 
 
 _P = bindparam
-_NAMED: frozenset[str] = frozenset()  # our bindparams carry no value, so none is a default
 
 S_GET_SESSION = select(*_SESSION_COLS).where(sessions.c.id == _P("id"))
 S_GET_SESSION_PK = select(*_SESSION_COLS).where(sessions.c.pk == _P("pk"))
