@@ -16,7 +16,6 @@ from conftest import make_store
 from sqlalchemy import Engine, text
 
 import eventstore.engine as store_mod
-from eventstore.engine import Engine
 from eventstore.errors import InvalidEvent, SessionNotFound, StorageError, VersionNotFound
 from eventstore.reducer import fold_json
 from eventstore.samples import chat_session, random_actions
@@ -63,7 +62,7 @@ def test_snapshots_of_any_chunk_size_load_alike(db_url: str, chunk: int) -> None
 
     actions = chat_session(4, seed=chunk)
     make_store(db_url).close()
-    writer = Engine(db_url, snapshot_every=7)
+    writer = store_mod.Engine(db_url, snapshot_every=7)
     writer.planner.codec = SnapshotCodec(chunk_messages=chunk)
     for i in range(0, len(actions), 30):
         writer.append("s", actions[i : i + 30])
@@ -78,7 +77,7 @@ def test_snapshots_of_any_chunk_size_load_alike(db_url: str, chunk: int) -> None
 def _general(db_url: str, session: str, version: int) -> dict[str, Any]:
     """The state through the engine's general path (lineage, snapshot, tail), never the
     one-statement read."""
-    engine = Engine(db_url)
+    engine = store_mod.Engine(db_url)
     try:
         with engine.storage.read() as tx:
             return engine.state_at(tx, engine.row(tx, session), version)

@@ -43,7 +43,9 @@ def _worker(store: EventStore, n: int, acked: dict[str, list[str]], lock: thread
     for i in range(OWN):
         msg = f"t{n}-own-{i}"
         r = _retrying(
-            lambda: store.append(own, [{"type": "send", "id": msg, "text": "x"}], expected_version=i)
+            lambda msg=msg, i=i: store.append(  # type: ignore[misc]
+                own, [{"type": "send", "id": msg, "text": "x"}], expected_version=i
+            )
         )
         assert r.version == i + 1
         mine.append(msg)
@@ -53,7 +55,7 @@ def _worker(store: EventStore, n: int, acked: dict[str, list[str]], lock: thread
             assert store.load(own, version=i // 2).to_json() == fold_json(
                 None, [{"type": "send", "id": m, "text": "x"} for m in mine[: i // 2]]
             )
-            _retrying(lambda: store.branch(own, at=i, new_id=f"{own}-b{i}"))
+            _retrying(lambda i=i: store.branch(own, at=i, new_id=f"{own}-b{i}"))  # type: ignore[misc]
         target = SHARED_SESSIONS[i % 2]
         if i < SHARED:
             shared_msg = f"t{n}-shared-{i}"
@@ -61,10 +63,8 @@ def _worker(store: EventStore, n: int, acked: dict[str, list[str]], lock: thread
                 try:
                     head = _head(store, target)
                     _retrying(
-                        lambda: store.append(
-                            target,
-                            [{"type": "send", "id": shared_msg, "text": "y"}],
-                            expected_version=head,
+                        lambda target=target, msg=shared_msg, head=head: store.append(  # type: ignore[misc]
+                            target, [{"type": "send", "id": msg, "text": "y"}], expected_version=head
                         )
                     )
                     break
