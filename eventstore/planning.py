@@ -350,16 +350,14 @@ class AppendPlanner:
             state, pending = base, list(actions)
         snaps: list[SnapshotRow] = []
         blobs: dict[bytes, bytes] = {}
-        if boundaries:
-            known = self._known_blobs
-            pos = head - len(pending)  # the version of ``state``
-            for b in boundaries:
-                state = fold_json(state, pending[: b - pos])
-                del pending[: b - pos]
-                pos = b
-                rest, digests, bodies = self.codec.encode(state)
-                snaps.append(SnapshotRow(row.pk, b, REDUCER_VERSION, rest, digests))
-                blobs.update((d, body) for d, body in bodies.items() if d not in known)
+        pos = head - len(pending)  # the version of ``state``
+        for b in boundaries:
+            state = fold_json(state, pending[: b - pos])
+            del pending[: b - pos]
+            pos = b
+            snap, fresh = self.snapshot(row.pk, b, state)
+            snaps.append(snap)
+            blobs.update(fresh)
         return AppendPlan(snaps, blobs, (state, pending))
 
     def snapshot(self, pk: int, version: int, state: Mapping[str, Any]) -> tuple[SnapshotRow, dict[bytes, bytes]]:
