@@ -125,6 +125,7 @@ class ReplayStep:
         return lines
 
     def to_json(self) -> JSON:
+        """The CLI's ``replay --json`` object for this step."""
         e = self.event
         return {
             "session": e.session_id,
