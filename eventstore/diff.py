@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .text import message_text, shorten
+from .text import compact_json, message_text, shorten
 
 __all__ = [
     "Ref",
@@ -303,9 +303,9 @@ def _describe_tool(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     if old.get("state") != new.get("state"):
         lines.append(f"{label}: {old.get('state')} → {new.get('state')}")
     if old.get("output") != new.get("output") and "output" in new:
-        lines.append(f"{label}: output {shorten(_compact_json(new['output']))}")
+        lines.append(f"{label}: output {compact_json(new['output'])}")
     if old.get("error") != new.get("error") and "error" in new:
-        lines.append(f"{label}: error {shorten(_compact_json(new['error']))}")
+        lines.append(f"{label}: error {compact_json(new['error'])}")
     if old.get("prompt") != new.get("prompt"):
         lines.append(f"{label}: prompt {new.get('prompt')!r}")
     oa, na = old.get("agent"), new.get("agent")
@@ -327,12 +327,6 @@ def _describe_tool(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     if not lines and old != new:
         lines.append(f"{label}: changed")
     return lines
-
-
-def _compact_json(value: Any) -> str:
-    import json
-
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
 def describe_message_change(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:

@@ -5,11 +5,12 @@ PURE: used by the records, the diff and the turn view when they render themselve
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-__all__ = ["iso", "shorten", "message_text"]
+__all__ = ["iso", "shorten", "compact_json", "message_text"]
 
 
 def iso(when: datetime) -> str:
@@ -21,6 +22,11 @@ def shorten(text: Any, limit: int = 60) -> str:
     """Collapse whitespace and cut ``text`` to ``limit`` characters with an ellipsis."""
     flat = " ".join(str(text).split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def compact_json(value: Any, limit: int = 60) -> str:
+    """A JSON value on one line, shortened (non-JSON values shown by ``str``)."""
+    return shorten(json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str), limit)
 
 
 def message_text(message: Mapping[str, Any]) -> str:
