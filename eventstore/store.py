@@ -1101,6 +1101,19 @@ class EventStore:
                     return owner.baseline_hash, owner.baseline_turn
         raise CompactedError(row.id, version, row.baseline, row.head)
 
+    def report(
+        self, session: str, version: int | None = None, *, against: tuple[str, int | None] | None = None
+    ) -> str:
+        """The audit report as one self-contained HTML page; see :mod:`eventstore.report`.
+
+        ``against=(session, version | None)`` renders the diff from ``(session, version)`` to it.
+        """
+        from .report import render_diff_report, render_report
+
+        if against is not None:
+            return render_diff_report(self, (session, version), against)
+        return render_report(self, session, version)
+
 
 def _segments(lineage: list[SessionRow], version: int) -> list[Segment]:
     """Where versions ``1..version`` of the last session of ``lineage`` live, root first."""
