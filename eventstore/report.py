@@ -587,8 +587,9 @@ def _event_rows(events: Sequence[Any]) -> str:
         elif ev.type == "part" and isinstance(a.get("part"), Mapping):
             p = a["part"]
             what = f"part {p.get('type')}"
-            if "name" in p or "text" in p:
-                what += f" {shorten(str(p.get('name') or p.get('text')), 80)!r}"
+            detail = p.get("name") or p.get("text") or p.get("error")
+            if detail is not None:
+                what += f" {shorten(_json_text(detail), 80)!r}"
             if "within" in a:
                 what += f" within {a['within']}"
         else:
@@ -599,10 +600,14 @@ def _event_rows(events: Sequence[Any]) -> str:
         )
     more = len(events) - _DIFF_EVENTS
     tail = f'<p class="muted">… and {more:,} more: use <code>eventstore history</code>.</p>' if more > 0 else ""
-    return (
+    table = (
         "<table><thead><tr><th>version</th><th>recorded</th><th>actor</th><th>event</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table>{tail}"
     )
+    if len(events) <= _FOLD_LINES * 4:
+        return table
+    return f'<details class="fold"><summary>{len(events):,} events</summary>{table}</details>'
+
 
 
 def render_diff_report(
