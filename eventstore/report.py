@@ -20,6 +20,7 @@ import base64
 import hashlib
 import html
 import json
+import shlex
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -419,7 +420,7 @@ def _turn(
     out.append(
         f'<div class="meta">{_e(_ts(row.started))} · took {_e(took)} · by {_e(who)} · '
         f"versions {row.first_version}–{row.last_version} ({row.events} events) · "
-        f"<code>eventstore checkout {_e(session)}@{row.last_version}</code></div>"
+        f"<code>eventstore checkout {_e(shlex.quote(f'{session}@{row.last_version}'))}</code></div>"
     )
     if interrupted:
         out.append(
