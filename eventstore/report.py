@@ -80,6 +80,8 @@ code,pre,.mono{font-family:var(--mono);font-size:.86em}
 pre{margin:0;white-space:pre-wrap;overflow-wrap:anywhere;background:#f3f5f8;border:1px solid var(--line);
 border-radius:6px;padding:.5rem .65rem;max-height:32rem;overflow:auto}
 .sub{color:var(--muted);margin:0 0 1rem}
+.top{display:grid;grid-template-columns:minmax(0,3fr) minmax(0,2fr);gap:1rem;align-items:start}
+.top h2{margin:0 0 .5rem;font-size:1rem}
 .card{background:var(--card);border:1px solid var(--line);border-radius:10px;padding:1rem 1.15rem}
 .facts{display:grid;grid-template-columns:max-content 1fr;gap:.3rem 1.2rem;margin:0}
 .facts dt{color:var(--muted)}.facts dd{margin:0;overflow-wrap:anywhere}
@@ -143,6 +145,7 @@ th{color:var(--muted);font-weight:600}
 .diff-chg{border-left:4px solid #d89b00}
 .empty{color:var(--muted);font-style:italic}
 footer{margin-top:2.5rem;color:var(--muted);font-size:.8rem}
+@media (max-width:52rem){.top{grid-template-columns:1fr}}
 @media (max-width:40rem){.facts{grid-template-columns:1fr}.io{grid-template-columns:1fr}}
 @media print{body{background:#fff;font-size:11pt}main{max-width:none;padding:0}.controls{display:none!important}
 .card,details.turn,.msg,.tool{border-color:#999}pre{max-height:none;overflow:visible;background:#fff}
@@ -559,8 +562,8 @@ def render_report(store: EventStore, session: str, version: int | None = None) -
     body = [
         f"<h1>Session <span class=mono>{_e(session)}</span></h1>",
         f'<p class="sub">Audit report · rendered from the event log · v{upto}</p>',
-        f'<section class="card"><dl class="facts">{dl}</dl></section>',
-        f"<h2>Branches</h2><div class=card>{_tree(infos, session)}</div>",
+        f'<div class="top"><section class="card"><dl class="facts">{dl}</dl></section>'
+        f'<section class="card"><h2>Branches</h2>{_tree(infos, session)}</section></div>',
         f"<h2>Turns</h2>{_CONTROLS}",
     ]
     open_ = len(turns) <= _OPEN_TURNS
