@@ -147,7 +147,8 @@ th{color:var(--muted);font-weight:600}
 footer{margin-top:2.5rem;color:var(--muted);font-size:.8rem}
 @media (max-width:52rem){.top{grid-template-columns:1fr}}
 @media (max-width:40rem){.facts{grid-template-columns:1fr}.io{grid-template-columns:1fr}}
-@media print{body{background:#fff;font-size:11pt}main{max-width:none;padding:0}.controls{display:none!important}
+@media print{details::details-content{content-visibility:visible;display:contents}
+details>summary::marker{content:""}body{background:#fff;font-size:11pt}main{max-width:none;padding:0}.controls{display:none!important}
 .card,details.turn,.msg,.tool{border-color:#999}pre{max-height:none;overflow:visible;background:#fff}
 details.turn>summary .preview{white-space:normal}a{color:inherit}h2{break-after:avoid}}
 """
@@ -261,15 +262,22 @@ class _Timing:
 def _timing(events: Iterable[RecordedEvent]) -> _Timing:
     started: dict[str, datetime] = {}
     ended: dict[str, datetime] = {}
+    open_: list[str] = []
     for ev in events:
         part = ev.action.get("part") if ev.type == "part" else None
-        if not isinstance(part, Mapping):
-            continue
-        kind = part.get("type")
-        if kind == "tool-call":
+        kind = part.get("type") if isinstance(part, Mapping) else ev.type
+        if kind == "tool-call" and isinstance(part, Mapping):
             started[str(part.get("id"))] = ev.recorded_at
-        elif kind in ("tool-result", "tool-error"):
+            open_.append(str(part.get("id")))
+        elif kind in ("tool-result", "tool-error") and isinstance(part, Mapping):
             ended[str(part.get("id"))] = ev.recorded_at
+        elif kind in ("stop", "error") or (
+            kind == "finish" and isinstance(part, Mapping) and part.get("reason") == "aborted"
+        ):
+            # Calls still open when a run stops or fails end there (they are cancelled).
+            for call in open_:
+                ended.setdefault(call, ev.recorded_at)
+            open_ = []
     return _Timing(started, ended)
 
 

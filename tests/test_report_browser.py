@@ -141,6 +141,28 @@ def test_demo_report(sqlite_store: EventStore, open_report: Open) -> None:
     assert "Budget 50; list gift cards." in _visible_text(b)
     b.find_element("id", "collapse-all").click()
     assert "Couldn't reach the assistant." not in _visible_text(b)
+    assert "Couldn't reach the assistant." not in b.execute_script("return document.body.innerText")
+    # Printed, every section shows, even with no script to open them.
+    b.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": "print"})
+    try:
+        # innerText follows the rendering (Selenium's own text treats closed details as hidden).
+        printed = b.execute_script("return document.body.innerText")
+    finally:
+        b.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": ""})
+    assert "Couldn't reach the assistant." in printed and "Budget 50; list gift cards." in printed
+    assert "Expand all" not in printed
+
+
+def test_readable_with_javascript_off(sqlite_store: EventStore, browser: Any, open_report: Open) -> None:
+    record_demo(sqlite_store)
+    browser.execute_cdp_cmd("Emulation.setScriptExecutionDisabled", {"value": True})
+    try:
+        b = open_report(sqlite_store.report("demo"), "demo-no-js")
+        text = _visible_text(b)
+    finally:
+        browser.execute_cdp_cmd("Emulation.setScriptExecutionDisabled", {"value": False})
+    assert "I need two coffee mugs, dishwasher safe." in text and "Your order A-1042 is placed" in text
+    assert "Expand all" not in text  # the buttons only appear when the script runs
 
 
 def test_nested_sub_agent_report(sqlite_store: EventStore, open_report: Open) -> None:
