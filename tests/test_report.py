@@ -150,7 +150,7 @@ def test_branch_tree_and_compacted_session(store: EventStore) -> None:
     store.branch("demo", at=DEMO_TURN2 - 1, new_id="demo-alt")
     store.branch("demo-alt", at=5, new_id="demo-alt-2")
     p = _Page(store.report("demo-alt"))
-    assert f"demo head v51" in p.body
+    assert "demo head v51" in p.body
     assert f"demo-alt head v{DEMO_TURN2 - 1} forked at v{DEMO_TURN2 - 1} ← this report" in p.body
     assert "demo-alt-2 head v5 forked at v5" in p.body
     assert f"demo@{DEMO_TURN2 - 1}" in p.body  # forked from
