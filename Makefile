@@ -1,5 +1,6 @@
 # `make test` is the whole suite: it creates the virtualenv, installs the project with
 # its test extras, starts a throwaway PostgreSQL server and runs pytest on both backends.
+# The report's browser test needs headless Chromium: scripts/ensure-chromium installs it.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -15,7 +16,9 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+test: export SE_OFFLINE = true
 test: $(STAMP)
+	scripts/ensure-chromium
 	scripts/with-postgres $(PY) -m pytest $(PYTEST_ARGS)
 
 demo: $(STAMP)

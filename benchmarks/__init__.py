@@ -16,6 +16,7 @@ BENCHMARKS: list[str] = [
     "store",
     "compare",
     "timetravel",
+    "report",
     "soak",  # reliability audit; 10 s per backend by default (--seconds N for a real soak)
 ]
 """Benchmark modules run, in this order, by ``python -m benchmarks all``."""

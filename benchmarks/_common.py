@@ -5,14 +5,16 @@ from __future__ import annotations
 import gc
 import os
 import platform
+import re
 import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
-__all__ = ["machine", "run_times", "timed"]
+__all__ = ["machine", "record_section", "run_times", "timed"]
 
 
 def _version(pkg: str) -> str:
@@ -72,3 +74,17 @@ def timed(
     """Median and best of :func:`run_times`, in seconds."""
     samples = run_times(fn, repeats, warmup, clock)
     return {"median": statistics.median(samples), "best": min(samples)}
+
+
+def record_section(results_md: Path, heading: str, section: str) -> None:
+    """Replace (or append) the section starting with ``heading`` in RESULTS.md.
+
+    Other sections are left as they are; ``section`` must start with ``heading``.
+    """
+    text = results_md.read_text() if results_md.exists() else "# Benchmark results\n\n"
+    pattern = re.compile(rf"^{re.escape(heading)}\n.*?(?=^## |\Z)", re.S | re.M)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: section.rstrip("\n") + "\n\n", text, count=1)
+    else:
+        text = text.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
+    results_md.write_text(text)

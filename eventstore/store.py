@@ -28,6 +28,7 @@ from types import TracebackType
 from typing import IO, Any
 
 from . import compaction, timetravel, transfer
+from . import report as reporting
 from . import verify as verifying
 from .compaction import CompactResult
 from .diff import SessionDiff
@@ -342,3 +343,16 @@ class EventStore:
         """Check the hash chain and every snapshot against the fold of its events (one
         session, or all); see :func:`eventstore.verify.verify`."""
         return verifying.verify(self._engine, session, progress=progress)
+
+    def report(
+        self, session: str, version: int | None = None, *, against: tuple[str, int | None] | None = None
+    ) -> str:
+        """The audit report of a session as one self-contained HTML page; see
+        :mod:`eventstore.report`.
+
+        ``against=(session, version | None)`` renders the diff from ``(session, version)``
+        to that ref instead.
+        """
+        if against is not None:
+            return reporting.render_diff_report(self._engine, (session, version), against)
+        return reporting.render_report(self._engine, session, version)

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from .reducer import fold_json
 from .text import iso, shorten
 
-__all__ = ["Turn", "ToolCall", "build_turns"]
+__all__ = ["Turn", "ToolCall", "build_turns", "turn_messages"]
 
 JSON = dict[str, Any]
 Fold = Callable[[JSON | None, list[JSON]], JSON]
@@ -128,8 +128,12 @@ def _tools(messages: Sequence[Mapping[str, Any]], depth: int = 0) -> list[ToolCa
     return out
 
 
-def _turn_messages(state: Mapping[str, Any], user_id: str | None) -> list[Mapping[str, Any]]:
-    """The messages of the turn started by user message ``user_id``: it and what follows."""
+def turn_messages(state: Mapping[str, Any], user_id: str | None) -> list[Mapping[str, Any]]:
+    """The messages of the turn started by user message ``user_id``: it and what follows.
+
+    ``None`` stands for the events before any ``send`` (turn 0): the messages from the
+    start up to the first user message. An id not in ``state`` gives ``[]``.
+    """
     messages: Sequence[Mapping[str, Any]] = state.get("messages", [])
     start = 0
     if user_id is not None:
@@ -157,7 +161,7 @@ def _row(
     send = next((e for e in events if e.type == "send"), None)
     user_id = str(send.action.get("id")) if send is not None else None
     user_text = str(send.action.get("text", "")) if send is not None else ""
-    msgs = _turn_messages(state, user_id)
+    msgs = turn_messages(state, user_id)
     # Text parts split by a tool call are separate sentences: keep a space between them.
     reply = " ".join(
         str(p.get("text", ""))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import io
 import json
+import os
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -638,6 +639,47 @@ def demo(ctx: typer.Context) -> None:
 
     with open_store(ctx) as store:
         run_demo(store, _out())
+
+
+@app.command()
+@cli_errors
+def report(
+    ctx: typer.Context,
+    ref: str = typer.Argument(..., metavar="SESSION[@V]", help="Session, optionally @VERSION."),
+    at: int | None = typer.Option(None, "--at", min=0, help="Render the session as it was at this version."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write the page here instead of stdout."),
+    against: str | None = typer.Option(
+        None, "--diff", metavar="B[@V]", help="Render the difference from SESSION[@V] to this ref instead."
+    ),
+) -> None:
+    """Write the audit report: one self-contained HTML page to open in any browser.
+
+    Shows the session's header (head, creation, actors, the verify result, the branch
+    tree with fork points) and every turn: who and when, the user text, the assistant
+    text, each tool call with its input, output or error, final state and time taken,
+    sub-agent runs, stops, retries, errors and interrupted turns, with the versions to
+    give `eventstore checkout`. Nothing in the page loads from the network or runs code
+    from the log. With --diff, the page shows what differs between two refs instead.
+    """
+    session, version = _resolve_version(ref, at)
+    other = parse_ref(against) if against is not None else None
+    with open_store(ctx) as store:
+        page = store.report(session, version, against=other)
+    if output is None:
+        sys.stdout.write(page)
+        sys.stdout.flush()
+        return
+    # Written beside the target and renamed over it: a reader never sees half a page.
+    tmp = output.with_name(f".{output.name}.{os.getpid()}.part")
+    try:
+        with tmp.open("w", encoding="utf-8") as fh:
+            fh.write(page)
+            fh.flush()
+            os.fsync(fh.fileno())
+        tmp.replace(output)
+    finally:
+        tmp.unlink(missing_ok=True)
+    typer.echo(f"wrote the report of {ref if other is None else f'{ref} against {against}'} to {output}", err=True)
 
 
 def main() -> None:
