@@ -220,3 +220,36 @@ def test_collect_blobs_removes_unreferenced_blobs_only(
         assert storage.collect_blobs(tx) == 1
     assert _count(raw_engine, "SELECT count(*) FROM snapshot_blobs") == total
     assert store.verify("s1").ok
+
+
+# -- revision 0002 on a database that already holds events --------------------------------
+
+
+def test_revision_0002_upgrades_and_downgrades_a_populated_database(
+    db_url: str, raw_engine: Engine
+) -> None:
+    from alembic import command
+
+    from eventstore.storage.migrate import alembic_config
+
+    with raw_engine.begin() as conn:
+        command.upgrade(alembic_config(conn), "0001")
+    with EventStore(db_url) as old:
+        old.append("s1", [{"type": "stop"}, {"type": "retry"}])
+    with EventStore(db_url) as store:
+        store.migrate()
+        assert store.verify().ok and store.head("s1") == 2
+        with raw_engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM tombstones")).scalar() == 0
+        with raw_engine.begin() as conn:
+            command.downgrade(alembic_config(conn), "0001")
+        # Back at 0001: the audit tables are gone, the guard of 0001 still refuses deletes.
+        with pytest.raises(DBAPIError, match="immutable"):
+            with raw_engine.begin() as conn:
+                conn.execute(text("DELETE FROM events"))
+        with raw_engine.connect() as conn:
+            with pytest.raises(DBAPIError):
+                conn.execute(text("SELECT count(*) FROM tombstones"))
+        store.migrate()
+        store.append("s1", [{"type": "stop"}])
+        assert store.verify().ok and store.head("s1") == 3
