@@ -17,8 +17,10 @@ The public API is exactly the names in ``__all__``; everything else is internal.
 from __future__ import annotations
 
 from eventstore import samples
+from eventstore.checkpoint import Checkpoint, generate_keypair
 from eventstore.diff import SessionDiff
 from eventstore.errors import (
+    CheckpointError,
     CompactedError,
     ConcurrencyError,
     EventIdConflict,
@@ -26,6 +28,7 @@ from eventstore.errors import (
     InvalidEvent,
     InvalidState,
     SchemaError,
+    SessionErased,
     SessionExists,
     SessionNotFound,
     StorageError,
@@ -67,6 +70,9 @@ __all__ = [
     "ReplayStep",
     "Turn",
     "ToolCall",
+    # the audit trail
+    "Checkpoint",
+    "generate_keypair",
     # the pure core
     "session_reducer",
     "fold",
@@ -92,6 +98,8 @@ __all__ = [
     "SessionExists",
     "VersionNotFound",
     "CompactedError",
+    "SessionErased",
+    "CheckpointError",
     "SchemaError",
     "StorageError",
 ]
