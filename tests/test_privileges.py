@@ -226,6 +226,12 @@ def test_the_documented_maintenance_role(setup: dict[str, Any]) -> None:
             assert maint_store.load("s2", version=20).to_json() == state
             erasure = _erase(maint_url, "s1")
             assert erasure is not None and len(erasure.tombstones) == 2
+            storage = open_storage(maint_url)
+            try:
+                with storage.write() as tx:  # takes the EXCLUSIVE lock on the snapshot tables
+                    storage.collect_blobs(tx, erasure.blob_candidates)
+            finally:
+                storage.close()
             assert maint_store.verify().ok
         with _raw(maint_url) as conn:
             for sql in (
