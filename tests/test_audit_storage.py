@@ -4,6 +4,7 @@ shadowed, compaction records bound to the chain, erasure with tombstones, blob c
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from collections.abc import Iterator
 
 import pytest
@@ -138,6 +139,16 @@ def test_a_compaction_record_keeps_the_hashes_it_removes(
         with storage.write() as tx:
             storage.record_compaction(tx, pk, upto=15, state_digest=digest, compacted_at=NOW)
     assert _count(raw_engine, "SELECT count(*) FROM compactions") == 2
+    # An import writes the record it brings along as given; the same upto twice is refused.
+    imported = replace(rec2, upto=40, previous_baseline=30, first_version=41, removed_hashes=b"")
+    with storage.write() as tx:
+        storage.insert_compaction(tx, imported)
+    with storage.read() as tx:
+        assert storage.list_compactions(tx, pk)[-1] == imported
+        assert imported.hash_at(40) is None
+    with pytest.raises(StorageError):
+        with storage.write() as tx:
+            storage.insert_compaction(tx, imported)
 
 
 # -- erasure ------------------------------------------------------------------------------

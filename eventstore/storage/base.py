@@ -549,6 +549,15 @@ class Storage(ABC):
         """
 
     @abstractmethod
+    def insert_compaction(self, tx: Tx, rec: CompactionRow) -> None:
+        """Write a compaction record as given (an import of a compacted session, whose
+        removed versions never were in this database: ``removed_hashes`` may be empty).
+
+        Raises:
+            StorageError: a record for this session and ``upto`` exists.
+        """
+
+    @abstractmethod
     def list_compactions(self, tx: Tx, session_pk: int) -> list[CompactionRow]:
         """The compaction records of one session, oldest (lowest ``upto``) first."""
 

@@ -844,8 +844,11 @@ class SqlStorage(Storage):
             compacted_at=compacted_at,
             actor=actor,
         )
-        tx.execute(insert(compactions).values(**_fields(rec)))
+        self.insert_compaction(tx, rec)
         return rec
+
+    def insert_compaction(self, tx: Tx, rec: CompactionRow) -> None:
+        tx.execute(insert(compactions).values(**_fields(rec)))
 
     def list_compactions(self, tx: Tx, session_pk: int) -> list[CompactionRow]:
         rows = tx.execute(
