@@ -14,6 +14,7 @@ BENCHMARKS: list[str] = [
     # Add your module here (``benchmarks/<name>.py`` with ``main(argv)``) to run it in ``all``.
     "fold",
     "store",
+    "audit",
     "compare",
     "timetravel",
     "report",

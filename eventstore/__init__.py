@@ -20,8 +20,10 @@ are validated on construction. The wire format and the reducer's rules are descr
 
 from __future__ import annotations
 
+from eventstore.checkpoint import Checkpoint, generate_keypair
 from eventstore.diff import SessionDiff
 from eventstore.errors import (
+    CheckpointError,
     CompactedError,
     ConcurrencyError,
     EventIdConflict,
@@ -29,6 +31,7 @@ from eventstore.errors import (
     InvalidEvent,
     InvalidState,
     SchemaError,
+    SessionErased,
     SessionExists,
     SessionNotFound,
     StorageError,
@@ -89,6 +92,9 @@ __all__ = [
     "ReplayStep",
     "Turn",
     "ToolCall",
+    # the audit trail
+    "Checkpoint",
+    "generate_keypair",
     # the pure core
     "session_reducer",
     "fold",
@@ -129,6 +135,8 @@ __all__ = [
     "SessionExists",
     "VersionNotFound",
     "CompactedError",
+    "SessionErased",
+    "CheckpointError",
     "SchemaError",
     "StorageError",
 ]

@@ -16,6 +16,8 @@ maps them in exactly one place and chains the original as ``__cause__``.
     ├── SessionExists           a new session id (branch / import) is already taken
     ├── VersionNotFound         the version is outside 0..head of the session
     │   └── CompactedError      the version lies below the session's compaction baseline
+    ├── SessionErased           the session was erased; its tombstone says when, by whom, why
+    ├── CheckpointError         a checkpoint or key file is unreadable, malformed or of the wrong kind
     ├── SchemaError             the database has no (or an older) eventstore schema
     └── StorageError            the database failed; ``retryable`` tells whether to try again
 """
@@ -34,6 +36,8 @@ __all__ = [
     "SessionExists",
     "VersionNotFound",
     "CompactedError",
+    "SessionErased",
+    "CheckpointError",
     "SchemaError",
     "StorageError",
 ]
@@ -171,6 +175,29 @@ class CompactedError(VersionNotFound):
             f"version {version} is no longer loadable (load {baseline}..{head})",
         )
         self.baseline = baseline
+
+
+class SessionErased(EventStoreError):
+    """The session was erased on request; only its tombstone is left.
+
+    Attributes:
+        session: the session id.
+        erased_at: when, as microseconds since the Unix epoch (UTC).
+        actor: who erased it (``None`` when not given).
+        reason: why.
+    """
+
+    def __init__(self, session: str, *, erased_at: int, actor: str | None, reason: str) -> None:
+        by = f" by {actor!r}" if actor else ""
+        super().__init__(f"session {session!r} was erased{by}: {reason}")
+        self.session = session
+        self.erased_at = erased_at
+        self.actor = actor
+        self.reason = reason
+
+
+class CheckpointError(EventStoreError):
+    """A checkpoint or a key cannot be used: unreadable, malformed, or of the wrong kind."""
 
 
 class SchemaError(EventStoreError):

@@ -22,6 +22,8 @@ from conftest import pg_admin_url
 from eventstore.errors import CompactedError, StorageError
 from eventstore.samples import chat_session
 from eventstore import EventStore
+from eventstore.storage import open_storage
+from eventstore.storage.base import Erasure
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "security.md"
 
@@ -112,6 +114,12 @@ def test_the_documented_least_privilege_setup(setup: dict[str, Any]) -> None:
             "DELETE FROM snapshot_blobs",
             "DROP TABLE events",
             "ALTER TABLE events DISABLE TRIGGER USER",
+            "INSERT INTO tombstones (session_id, head, head_hash, erased_at, reason) "
+            "VALUES ('x', 0, '\\x00', 0, 'r')",
+            "UPDATE tombstones SET reason = 'x'",
+            "DELETE FROM tombstones",
+            "UPDATE compactions SET state_digest = '\\x00'",
+            "DELETE FROM compactions",
             "CREATE TABLE sneaky (x int)",
         ]
         with _raw(setup["app"]) as conn:
@@ -119,6 +127,10 @@ def test_the_documented_least_privilege_setup(setup: dict[str, Any]) -> None:
                 with pytest.raises((psycopg.errors.InsufficientPrivilege, psycopg.errors.UndefinedTable)) as info:
                     conn.execute(sql)
                 assert isinstance(info.value, psycopg.errors.InsufficientPrivilege), (sql, info.value)
+
+        # Erasure deletes: the application role cannot, and nothing changes.
+        _erase(setup["app"], "chat-alt", expect_denied=True)
+        assert app_store.head("chat-alt") == 31 and _erase(setup["owner"], "none") is None
 
         # Compaction deletes: the application role cannot, and nothing changes.
         before = [e.to_json() for e in app_store.history("chat")]
@@ -141,6 +153,102 @@ def test_the_documented_least_privilege_setup(setup: dict[str, Any]) -> None:
         owner_store.close()
 
 
+def _erase(url: str, session: str, *, expect_denied: bool = False) -> Erasure | None:
+    """Erase through the storage primitive under the role of ``url``."""
+    storage = open_storage(url)
+    try:
+        with storage.read() as tx:
+            row = storage.get_session(tx, session)
+        if row is None:
+            return None
+        if expect_denied:
+            with pytest.raises(StorageError, match="permission denied"):
+                with storage.write() as tx:
+                    storage.erase_session(tx, row.pk, erased_at=0, actor="mallory", reason="x")
+            return None
+        with storage.write() as tx:
+            return storage.erase_session(tx, row.pk, erased_at=0, actor="ops", reason="request")
+    finally:
+        storage.close()
+
+
+def test_the_owner_erases_and_the_application_sees_the_tombstone(setup: dict[str, Any]) -> None:
+    owner_store = EventStore(setup["owner"], snapshot_every=8)
+    owner_store.migrate()
+    with _raw(setup["owner"]) as conn:
+        conn.execute(setup["grants"])
+    with EventStore(setup["app"], snapshot_every=8) as app_store:
+        app_store.append("s1", chat_session(turns=2, seed=3))
+        app_store.branch("s1", at=10, new_id="s1-alt")
+        app_store.append("s2", [{"type": "stop"}])
+        _erase(setup["app"], "s1", expect_denied=True)
+        assert app_store.head("s1") > 10
+        erasure = _erase(setup["owner"], "s1")
+        assert erasure is not None
+        assert [t.session_id for t in erasure.tombstones] == ["s1", "s1-alt"]
+        assert [s.id for s in app_store.sessions()] == ["s2"]
+        storage = open_storage(setup["app"])
+        try:
+            with storage.read() as tx:  # the application role reads tombstones
+                assert [t.session_id for t in storage.list_tombstones(tx)] == ["s1", "s1-alt"]
+        finally:
+            storage.close()
+        assert app_store.verify().ok
+    owner_store.close()
+
+
+def test_the_documented_maintenance_role(setup: dict[str, Any]) -> None:
+    """The maintenance role of the docs compacts and erases but cannot disable a trigger."""
+    text = DOC.read_text(encoding="utf-8")
+    section = text[text.index("## Splitting the owner from maintenance"):]
+    section = section[: section.index("\n## ", 5)]
+    create_sql, grants_sql = re.findall(r"```sql\n(.*?)```", section, flags=re.S)
+    assert section.index(grants_sql) > section.index("<!-- maintenance-grants")
+    maint = setup["app_role"].replace("es_app_", "es_maint_")
+
+    def rename(sql: str) -> str:
+        return re.sub(r"\beventstore\b", setup["schema"], sql.replace("eventstore_maint", maint))
+
+    admin = _raw(pg_admin_url())
+    admin.execute(rename(create_sql))
+    maint_url = make_url(setup["app"]).set(username=maint).render_as_string(hide_password=False)
+    try:
+        with EventStore(setup["owner"], snapshot_every=8) as owner_store:
+            owner_store.migrate()
+            owner_store.append("s1", chat_session(turns=3, seed=5))
+            owner_store.branch("s1", at=12, new_id="s1-alt")
+            owner_store.append("s2", chat_session(turns=2, seed=5))
+        with _raw(setup["owner"]) as conn:
+            conn.execute(rename(grants_sql))
+        with EventStore(maint_url, snapshot_every=8) as maint_store:
+            state = maint_store.load("s2", version=20).to_json()
+            maint_store.compact("s2", upto=20)
+            assert maint_store.load("s2", version=20).to_json() == state
+            erasure = _erase(maint_url, "s1")
+            assert erasure is not None and len(erasure.tombstones) == 2
+            storage = open_storage(maint_url)
+            try:
+                with storage.write() as tx:  # takes the EXCLUSIVE lock on the snapshot tables
+                    storage.collect_blobs(tx, erasure.blob_candidates)
+            finally:
+                storage.close()
+            assert maint_store.verify().ok
+        with _raw(maint_url) as conn:
+            for sql in (
+                "ALTER TABLE events DISABLE TRIGGER USER",
+                "UPDATE events SET actor = 'mallory'",
+                "TRUNCATE events",
+                "DROP TABLE events",
+                "UPDATE tombstones SET reason = 'x'",
+            ):
+                with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                    conn.execute(sql)
+    finally:
+        admin.execute(f'DROP OWNED BY "{maint}" CASCADE')
+        admin.execute(f'DROP ROLE "{maint}"')
+        admin.close()
+
+
 def test_the_grants_name_no_write_privilege_on_events_beyond_insert(setup: dict[str, Any]) -> None:
     """The privileges the app role ends up with, read back from the catalog."""
     with EventStore(setup["owner"]) as owner_store:
@@ -160,3 +268,5 @@ def test_the_grants_name_no_write_privilege_on_events_beyond_insert(setup: dict[
     assert granted["sessions"] == {"SELECT", "INSERT"}  # UPDATE only on head columns
     assert granted["snapshot_blobs"] == {"SELECT", "INSERT"}
     assert granted["eventstore_alembic_version"] == {"SELECT"}
+    assert granted["tombstones"] == {"SELECT"}
+    assert granted["compactions"] == {"SELECT"}

@@ -18,7 +18,7 @@ A call runs inside a transaction the caller opens::
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +36,10 @@ __all__ = [
     "LoadParts",
     "Storage",
     "EventIdRace",
+    "HASH_SIZE",
+    "CompactionRow",
+    "TombstoneRow",
+    "Erasure",
 ]
 
 #: The hash a root session's first event chains from.
@@ -44,6 +48,9 @@ ZERO_HASH = b"\x00" * 32
 #: Bytes per message digest in a snapshot's ``message_digests`` (the codec's
 #: ``DIGEST_SIZE``; storage only slices the concatenation, it never computes one).
 DIGEST_SIZE = 16
+
+#: Bytes of a chain hash (SHA-256).
+HASH_SIZE = 32
 
 #: An open transaction, opaque to callers (a SQLAlchemy ``Connection`` in practice).
 Tx = Any
@@ -181,6 +188,87 @@ class LoadParts:
     n_found: int = 0
     tail: bytes = b""
     n_tail: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionRow:
+    """One row of ``compactions``: a compaction bound to the chain.
+
+    Attributes:
+        session_pk: the session compacted.
+        upto: the new baseline version.
+        previous_baseline: the baseline before (0: first compaction).
+        baseline_hash: the chain hash at ``upto``.
+        baseline_turn: the turn number at ``upto``.
+        state_digest: the store's digest of the state at ``upto`` (what the baseline
+            snapshot must hash to).
+        first_version: the version of the first hash in ``removed_hashes``.
+        removed_hashes: the chain hashes of the session's own versions
+            ``first_version..upto``, 32 bytes each, in version order.
+        compacted_at: microseconds since the Unix epoch, UTC.
+        actor: who compacted (``None`` when not given).
+    """
+
+    session_pk: int
+    upto: int
+    previous_baseline: int
+    baseline_hash: bytes
+    baseline_turn: int
+    state_digest: bytes
+    first_version: int
+    removed_hashes: bytes
+    compacted_at: int
+    actor: str | None
+
+    def hash_at(self, version: int) -> bytes | None:
+        """The chain hash this compaction recorded for ``version``, or ``None``."""
+        i = version - self.first_version
+        if i < 0 or (i + 1) * HASH_SIZE > len(self.removed_hashes):
+            return None
+        return self.removed_hashes[i * HASH_SIZE : (i + 1) * HASH_SIZE]
+
+
+@dataclass(frozen=True, slots=True)
+class TombstoneRow:
+    """One row of ``tombstones``: a session erased on request.
+
+    Attributes:
+        session_id: the erased session's id (never reused).
+        head: its head version when erased.
+        head_hash: the chain hash at that head.
+        erased_at: microseconds since the Unix epoch, UTC.
+        actor: who erased it (``None`` when not given).
+        reason: why.
+        erased_with: the id of the session whose erasure took this branch with it;
+            ``None`` for the session the erasure named.
+    """
+
+    session_id: str
+    head: int
+    head_hash: bytes
+    erased_at: int
+    actor: str | None
+    reason: str
+    erased_with: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Erasure:
+    """What :meth:`Storage.erase_session` removed.
+
+    Attributes:
+        tombstones: one per erased session, the named one first, then its branches
+            (parents before children).
+        events: event rows deleted.
+        snapshots: snapshot rows deleted.
+        blob_candidates: digests the deleted snapshots referenced; pass them to
+            :meth:`Storage.collect_blobs` to remove those no other snapshot uses.
+    """
+
+    tombstones: tuple[TombstoneRow, ...]
+    events: int
+    snapshots: int
+    blob_candidates: frozenset[bytes]
 
 
 class EventIdRace(StorageError):
@@ -433,6 +521,99 @@ class Storage(ABC):
 
         Returns:
             the number of events deleted.
+        """
+
+    # -- audit: compaction records, erasure, blob collection ------------------------------
+
+    @abstractmethod
+    def record_compaction(
+        self,
+        tx: Tx,
+        session_pk: int,
+        *,
+        upto: int,
+        state_digest: bytes,
+        compacted_at: int,
+        actor: str | None = None,
+    ) -> CompactionRow:
+        """Write the compaction record binding baseline ``upto`` to the chain.
+
+        Call it in the compaction's transaction, *before* :meth:`compact` deletes the
+        events: it reads the chain hashes of the session's own versions from its current
+        baseline (exclusive) to ``upto`` and keeps them, with the hash and turn at ``upto``
+        and the baseline state's digest.
+
+        Raises:
+            StorageError: the session's events up to ``upto`` are not all there, or a
+                record for this ``upto`` exists.
+        """
+
+    @abstractmethod
+    def insert_compaction(self, tx: Tx, rec: CompactionRow) -> None:
+        """Write a compaction record as given (an import of a compacted session, whose
+        removed versions never were in this database: ``removed_hashes`` may be empty).
+
+        Raises:
+            StorageError: a record for this session and ``upto`` exists.
+        """
+
+    @abstractmethod
+    def list_compactions(self, tx: Tx, session_pk: int) -> list[CompactionRow]:
+        """The compaction records of one session, oldest (lowest ``upto``) first."""
+
+    @abstractmethod
+    def recorded_hash(self, tx: Tx, session_pk: int, version: int) -> bytes | None:
+        """The chain hash the database holds for a version of this session's own events.
+
+        The event row's hash when the row is there; otherwise the hash a compaction
+        recorded for it; ``None`` when neither (a version at or below a branch's fork
+        lives in the parent: ask the parent).
+        """
+
+    @abstractmethod
+    def descendants(self, tx: Tx, pk: int) -> list[SessionRow]:
+        """Every branch forked from this session, transitively, parents before children."""
+
+    @abstractmethod
+    def erase_session(
+        self,
+        tx: Tx,
+        session_pk: int,
+        *,
+        erased_at: int,
+        actor: str | None,
+        reason: str,
+    ) -> Erasure:
+        """Erase a session and every branch forked from it, leaving a tombstone for each.
+
+        Deletes their events (under a compaction permit covering every version, removed
+        again before returning), snapshots, compaction records and session rows, and
+        writes the tombstones. The caller holds the session's lock. Only the schema
+        owner (or a role granted the same) can: the application role is refused.
+
+        Raises:
+            StorageError: permission denied, or a tombstone for one of the ids exists.
+        """
+
+    @abstractmethod
+    def get_tombstone(self, tx: Tx, session_id: str) -> TombstoneRow | None:
+        """The tombstone of an erased session, or ``None``."""
+
+    @abstractmethod
+    def list_tombstones(self, tx: Tx) -> list[TombstoneRow]:
+        """Every tombstone, ordered by session id."""
+
+    @abstractmethod
+    def collect_blobs(self, tx: Tx, candidates: Iterable[bytes] | None = None) -> int:
+        """Delete snapshot blobs that no snapshot references; the number deleted.
+
+        Args:
+            candidates: only these digests are considered (what an erasure or a
+                compaction released); ``None`` considers every blob.
+
+        Blocks concurrent snapshot writes until the transaction ends (PostgreSQL: an
+        EXCLUSIVE lock on ``snapshots`` and ``snapshot_blobs``; SQLite: the write lock),
+        so no snapshot can start referencing a blob while it is being deleted.
         """
 
     def iter_chunks(self, seq: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:

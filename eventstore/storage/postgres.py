@@ -22,7 +22,13 @@ from sqlalchemy.exc import DisconnectionError
 from .base import DIGEST_SIZE, EventRow, LoadParts, SnapshotRow
 from .sql import ErrorKind, SqlStorage, session_row
 
-__all__ = ["PostgresStorage", "IMMUTABILITY_DDL_V1", "DROP_IMMUTABILITY_DDL_V1"]
+__all__ = [
+    "PostgresStorage",
+    "IMMUTABILITY_DDL_V1",
+    "DROP_IMMUTABILITY_DDL_V1",
+    "audit_ddl_v2",
+    "DROP_AUDIT_DDL_V2",
+]
 
 # pg_advisory_xact_lock key for migrations: crc32(b"eventstore-migrate").
 _MIGRATION_LOCK = 0x4E5F_7A31
@@ -60,6 +66,43 @@ DROP_IMMUTABILITY_DDL_V1 = (
     "DROP TRIGGER IF EXISTS events_immutable ON events",
     "DROP FUNCTION IF EXISTS eventstore_events_guard()",
 )
+
+
+def _guard_function(permits: str) -> str:
+    """The events guard, looking the permit up in ``permits`` (a trusted identifier)."""
+    return f"""
+    CREATE OR REPLACE FUNCTION eventstore_events_guard() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF TG_OP = 'DELETE' THEN
+            IF EXISTS (SELECT 1 FROM {permits} p
+                       WHERE p.session_pk = OLD.session_pk AND OLD.version <= p.upto) THEN
+                RETURN OLD;
+            END IF;
+            RAISE EXCEPTION 'events are immutable: DELETE refused (only compaction may delete)'
+                USING ERRCODE = 'integrity_constraint_violation';
+        END IF;
+        RAISE EXCEPTION 'events are immutable: % refused', TG_OP
+            USING ERRCODE = 'integrity_constraint_violation';
+    END
+    $$
+    """
+
+
+def audit_ddl_v2(schema: str) -> tuple[str, ...]:
+    """Revision 0002: the guard finds the permit table by its schema-qualified name.
+
+    Unqualified, ``compaction_permits`` is looked up along the search path at run time,
+    and ``pg_temp`` comes first there: any role that may create temporary tables could
+    shadow it with a TEMP table holding a forged permit and delete events.
+
+    Args:
+        schema: the schema the events live in, already quoted as an identifier.
+    """
+    return (_guard_function(f"{schema}.compaction_permits"),)
+
+
+#: Undoes :func:`audit_ddl_v2`: the guard of revision 0001.
+DROP_AUDIT_DDL_V2 = (_guard_function("compaction_permits"),)
 
 # One statement, one round trip, its own transaction (run in autocommit): move the head
 # only if it is still what the writer saw (the version check built in; the UPDATE takes
@@ -345,6 +388,11 @@ class PostgresStorage(SqlStorage):
 
     def _migration_lock(self, conn: Connection) -> None:
         conn.execute(select(func.pg_advisory_xact_lock(_MIGRATION_LOCK)))
+
+    def _lock_snapshot_writes(self, tx: Any) -> None:
+        # EXCLUSIVE conflicts with the ROW EXCLUSIVE lock every snapshot or blob write
+        # takes: in-flight appends that write snapshots finish first, new ones wait.
+        tx.exec_driver_sql("LOCK TABLE snapshots, snapshot_blobs IN EXCLUSIVE MODE")
 
     def _classify(self, orig: BaseException | None, invalidated: bool) -> ErrorKind:
         if isinstance(orig, psycopg.errors.UniqueViolation):

@@ -12,6 +12,9 @@ Tables::
     snapshot_blobs      a chunk of encoded top-level messages per row, keyed by its digest (shared)
     snapshots           a state every ``snapshot_every`` versions: status/error + message digests
     compaction_permits  a row exists only inside a compaction transaction (lets DELETE through)
+    compactions         one row per compaction: binds the baseline to the chain (state digest,
+                        and the hashes of the versions it removed, for checkpoint checks)
+    tombstones          one row per erased session: what was erased, when, by whom and why
 
 Integers and bytes only: timestamps are microseconds since the Unix epoch (UTC), so both
 backends store them losslessly and identically; hashes and digests are raw bytes.
@@ -42,6 +45,8 @@ __all__ = [
     "snapshot_blobs",
     "snapshots",
     "compaction_permits",
+    "compactions",
+    "tombstones",
 ]
 
 NAMING_CONVENTION = {
@@ -130,4 +135,40 @@ compaction_permits = Table(
     Column("session_pk", Integer, nullable=False),
     Column("upto", Integer, nullable=False),
     PrimaryKeyConstraint("session_pk"),
+)
+
+compactions = Table(
+    "compactions",
+    metadata,
+    Column("session_pk", Integer, ForeignKey("sessions.pk"), nullable=False),
+    # The new baseline: the version whose state the baseline snapshot holds.
+    Column("upto", Integer, nullable=False),
+    Column("previous_baseline", Integer, nullable=False),
+    # The chain hash and turn at `upto` (the session row's baseline_hash/baseline_turn).
+    Column("baseline_hash", LargeBinary, nullable=False),
+    Column("baseline_turn", Integer, nullable=False),
+    # The store's digest of the baseline state: a snapshot at `upto` that does not hash to
+    # it was not written by this compaction (the app role may upsert snapshots).
+    Column("state_digest", LargeBinary, nullable=False),
+    # The chain hashes of the session's own versions first_version.. upto, concatenated
+    # (32 bytes each): what a checkpoint anchored below the new baseline is checked against.
+    Column("first_version", Integer, nullable=False),
+    Column("removed_hashes", LargeBinary, nullable=False),
+    Column("compacted_at", BigInteger, nullable=False),
+    Column("actor", Text, nullable=True),
+    PrimaryKeyConstraint("session_pk", "upto"),
+)
+
+tombstones = Table(
+    "tombstones",
+    metadata,
+    # The id, not the pk: the session row is gone, and an erased id is never reused.
+    Column("session_id", Text, primary_key=True),
+    Column("head", Integer, nullable=False),
+    Column("head_hash", LargeBinary, nullable=False),
+    Column("erased_at", BigInteger, nullable=False),
+    Column("actor", Text, nullable=True),
+    Column("reason", Text, nullable=False),
+    # The session whose erasure took this one with it (a branch of it); NULL for that one.
+    Column("erased_with", Text, nullable=True),
 )

@@ -19,7 +19,15 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from .base import EventRow, SnapshotRow
 from .sql import ErrorKind, SqlStorage
 
-__all__ = ["SQLiteStorage", "IMMUTABILITY_DDL_V1", "DROP_IMMUTABILITY_DDL_V1"]
+__all__ = [
+    "SQLiteStorage",
+    "IMMUTABILITY_DDL_V1",
+    "DROP_IMMUTABILITY_DDL_V1",
+    "audit_ddl_v2",
+    "DROP_AUDIT_DDL_V2",
+    "VERSION_RECORDED",
+    "EVENT_ID_RECORDED",
+]
 
 _WRITE = "eventstore_write"
 
@@ -46,6 +54,54 @@ IMMUTABILITY_DDL_V1 = (
 DROP_IMMUTABILITY_DDL_V1 = (
     "DROP TRIGGER IF EXISTS events_no_delete",
     "DROP TRIGGER IF EXISTS events_no_update",
+)
+
+
+#: Messages of revision 0002's insert triggers (the error classifier matches on them).
+VERSION_RECORDED = "events are immutable: this version is already recorded"
+EVENT_ID_RECORDED = "events are immutable: this event id is already recorded"
+
+
+def audit_ddl_v2(schema: str) -> tuple[str, ...]:
+    """Triggers of revision 0002: an INSERT never replaces a recorded event.
+
+    ``INSERT OR REPLACE`` / ``REPLACE INTO`` resolve a key conflict by deleting the old
+    row, and SQLite fires DELETE triggers for that only with ``recursive_triggers`` on.
+    So the insert itself is refused when its version or its event id is recorded already
+    (two index probes the unique checks make anyway). An ordinary duplicate insert now
+    fails here too, with a message the error classifier maps as before.
+
+    ``schema`` is unused: a trigger of the main database resolves the tables it names in
+    the main database only, so a TEMP table cannot shadow ``compaction_permits`` (a
+    trigger naming a temp object fails to compile).
+    """
+    del schema
+    return (
+        f"""
+        CREATE TRIGGER events_no_replace_version BEFORE INSERT ON events
+        WHEN EXISTS (
+            SELECT 1 FROM events e WHERE e.session_pk = NEW.session_pk AND e.version = NEW.version
+        )
+        BEGIN
+            SELECT RAISE(ABORT, '{VERSION_RECORDED}');
+        END
+        """,
+        f"""
+        CREATE TRIGGER events_no_replace_event_id BEFORE INSERT ON events
+        WHEN NEW.event_id IS NOT NULL AND EXISTS (
+            SELECT 1 FROM events e
+            WHERE e.session_pk = NEW.session_pk AND e.event_id = NEW.event_id
+        )
+        BEGIN
+            SELECT RAISE(ABORT, '{EVENT_ID_RECORDED}');
+        END
+        """,
+    )
+
+
+DROP_AUDIT_DDL_V2 = (
+    "DROP TRIGGER IF EXISTS events_no_replace_event_id",
+    "DROP TRIGGER IF EXISTS events_no_replace_version",
 )
 
 
@@ -135,6 +191,10 @@ class SQLiteStorage(SqlStorage):
 
     def _classify(self, orig: BaseException | None, invalidated: bool) -> ErrorKind:
         text = str(orig)
+        if isinstance(orig, sqlite3.IntegrityError) and VERSION_RECORDED in text:
+            return ErrorKind.VERSION_TAKEN
+        if isinstance(orig, sqlite3.IntegrityError) and EVENT_ID_RECORDED in text:
+            return ErrorKind.EVENT_ID_TAKEN
         if isinstance(orig, sqlite3.IntegrityError) and "UNIQUE constraint failed" in text:
             if "events.event_id" in text:
                 return ErrorKind.EVENT_ID_TAKEN

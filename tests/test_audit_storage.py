@@ -1,0 +1,266 @@
+"""The storage side of the audit trail: no REPLACE of events, a permit lookup that cannot be
+shadowed, compaction records bound to the chain, erasure with tombstones, blob collection."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import Engine, text
+from sqlalchemy.exc import DBAPIError
+
+from conftest import make_store
+from eventstore.errors import ConcurrencyError, StorageError
+from eventstore.samples import chat_session
+from eventstore.storage import open_storage
+from eventstore.storage.base import HASH_SIZE, Storage
+from eventstore import EventStore
+
+NOW = 1_796_040_000_000_000  # microseconds, a fixed instant
+
+
+@pytest.fixture
+def storage(db_url: str, store: EventStore) -> Iterator[Storage]:
+    """Storage on the same (migrated) database as ``store``."""
+    st = open_storage(db_url)
+    try:
+        yield st
+    finally:
+        st.close()
+
+
+def _pk(storage: Storage, session: str) -> int:
+    with storage.read() as tx:
+        row = storage.get_session(tx, session)
+    assert row is not None
+    return row.pk
+
+
+def _count(engine: Engine, sql: str, **params: object) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(text(sql), params).scalar() or 0)
+
+
+# -- break 3: an INSERT never replaces a recorded event -----------------------------------
+
+
+@pytest.mark.parametrize("clash", ["version", "event_id"])
+def test_replace_into_events_is_refused(
+    store: EventStore, raw_engine: Engine, backend: str, clash: str
+) -> None:
+    store.append("s1", [{"type": "stop"}, {"type": "retry"}], event_ids=["a", "b"])
+    before = [e.to_json() for e in store.history("s1")]
+    version, event_id = (1, "z") if clash == "version" else (3, "a")
+    if backend == "sqlite":
+        verbs = ["INSERT OR REPLACE INTO", "REPLACE INTO"]
+        conflict = ""
+    else:  # PostgreSQL has no REPLACE; its upsert is an UPDATE, which the guard refuses.
+        verbs = ["INSERT INTO"]
+        target = "(session_pk, version)" if clash == "version" else "(session_pk, event_id) WHERE event_id IS NOT NULL"
+        conflict = f" ON CONFLICT {target} DO UPDATE SET payload = excluded.payload, hash = excluded.hash"
+    for verb in verbs:
+        with pytest.raises(DBAPIError, match="immutable"):
+            with raw_engine.begin() as conn:
+                conn.execute(
+                    text(
+                        f"{verb} events (session_pk, version, event_id, type, turn, payload, "
+                        "recorded_at, actor, metadata, hash) "
+                        "SELECT session_pk, :v, :eid, type, turn, :p, recorded_at, actor, "
+                        f"metadata, hash FROM events WHERE version = 1{conflict}"
+                    ),
+                    {"v": version, "eid": event_id, "p": b"{}"},
+                )
+    assert [e.to_json() for e in store.history("s1")] == before
+    assert store.verify("s1").ok
+
+
+def test_a_taken_version_is_still_a_concurrency_error(
+    store: EventStore, storage: Storage
+) -> None:
+    # The insert trigger answers before the primary key does; the error stays the same.
+    store.append("s1", [{"type": "stop"}])
+    pk = _pk(storage, "s1")
+    with storage.read() as tx:
+        ev = storage.event_at(tx, pk, 1)
+    assert ev is not None
+    with pytest.raises(ConcurrencyError):
+        with storage.write(session="s1", expected=0) as tx:
+            storage.insert_events(tx, [ev])
+    assert store.head("s1") == 1
+
+
+# -- the permit table cannot be shadowed by a TEMP table ----------------------------------
+
+
+def test_a_temp_permit_table_does_not_open_the_delete_guard(
+    store: EventStore, raw_engine: Engine
+) -> None:
+    store.append("s1", [{"type": "stop"}, {"type": "retry"}])
+    with pytest.raises(DBAPIError, match="immutable"):
+        with raw_engine.begin() as conn:
+            conn.execute(text("CREATE TEMP TABLE compaction_permits (session_pk int, upto int)"))
+            conn.execute(text("INSERT INTO compaction_permits SELECT pk, 1000 FROM sessions"))
+            conn.execute(text("DELETE FROM events"))
+    assert store.head("s1") == 2 and len(list(store.history("s1"))) == 2
+
+
+# -- compaction records --------------------------------------------------------------------
+
+
+def test_a_compaction_record_keeps_the_hashes_it_removes(
+    store: EventStore, storage: Storage, raw_engine: Engine
+) -> None:
+    store.append("s1", chat_session(turns=3, seed=2))
+    pk = _pk(storage, "s1")
+    hashes = {e.version: e.hash for e in store.history("s1")}
+    digest = hashlib.sha256(b"state at 20").digest()
+    with storage.write() as tx:
+        rec = storage.record_compaction(tx, pk, upto=20, state_digest=digest, compacted_at=NOW, actor="ops")
+    assert (rec.upto, rec.previous_baseline, rec.first_version) == (20, 0, 1)
+    assert len(rec.removed_hashes) == 20 * HASH_SIZE
+    assert rec.baseline_hash.hex() == hashes[20]
+    store.compact("s1", upto=20)
+    with storage.read() as tx:
+        assert storage.event_at(tx, pk, 10) is None  # the row is gone...
+        assert storage.recorded_hash(tx, pk, 10).hex() == hashes[10]  # ...its hash is kept
+        assert storage.recorded_hash(tx, pk, 25).hex() == hashes[25]
+        assert storage.recorded_hash(tx, pk, 10_000) is None
+        assert storage.list_compactions(tx, pk) == [rec]
+    # A second compaction starts where the first stopped.
+    with storage.write() as tx:
+        rec2 = storage.record_compaction(tx, pk, upto=30, state_digest=digest, compacted_at=NOW + 1)
+        assert (rec2.previous_baseline, rec2.first_version) == (20, 21)
+        assert rec2.hash_at(30) is not None and rec2.hash_at(30).hex() == hashes[30]
+        assert rec2.hash_at(20) is None
+    # Events that are gone cannot be recorded after the fact.
+    with pytest.raises(StorageError, match="not all there"):
+        with storage.write() as tx:
+            storage.record_compaction(tx, pk, upto=15, state_digest=digest, compacted_at=NOW)
+    assert _count(raw_engine, "SELECT count(*) FROM compactions") == 2
+    # An import writes the record it brings along as given; the same upto twice is refused.
+    imported = replace(rec2, upto=40, previous_baseline=30, first_version=41, removed_hashes=b"")
+    with storage.write() as tx:
+        storage.insert_compaction(tx, imported)
+    with storage.read() as tx:
+        assert storage.list_compactions(tx, pk)[-1] == imported
+        assert imported.hash_at(40) is None
+    with pytest.raises(StorageError):
+        with storage.write() as tx:
+            storage.insert_compaction(tx, imported)
+
+
+# -- erasure ------------------------------------------------------------------------------
+
+
+def test_erase_removes_a_session_and_its_branches_and_leaves_tombstones(
+    raw_engine: Engine, db_url: str
+) -> None:
+    store = make_store(db_url, snapshot_every=8)
+    storage = open_storage(db_url)
+    try:
+        store.append("s1", chat_session(turns=3, seed=4))
+        store.append("keep", chat_session(turns=3, seed=4))  # shares every blob with s1
+        store.append("solo", chat_session(turns=2, seed=9))
+        b1 = store.branch("s1", at=20, new_id="b1")
+        store.append(b1, [{"type": "stop"}])
+        b2 = store.branch(b1, at=21, new_id="b2")
+        store.append(b2, [{"type": "retry"}])
+        store.compact("s1", upto=16)
+        heads = {s: (store.head(s), next(iter(store.history(s, desc=True))).hash) for s in ("s1", "b1", "b2")}
+        blobs_before = _count(raw_engine, "SELECT count(*) FROM snapshot_blobs")
+        keep_state = store.load("keep").to_json()
+
+        pk = _pk(storage, "s1")
+        with storage.write() as tx:
+            assert [r.id for r in storage.descendants(tx, pk)] == ["b1", "b2"]
+            erasure = storage.erase_session(tx, pk, erased_at=NOW, actor="admin:kim", reason="user request")
+        assert [(t.session_id, t.erased_with) for t in erasure.tombstones] == [
+            ("s1", None), ("b1", "s1"), ("b2", "s1")
+        ]
+        for t in erasure.tombstones:
+            assert (t.head, t.head_hash.hex()) == heads[t.session_id]
+            assert (t.erased_at, t.actor, t.reason) == (NOW, "admin:kim", "user request")
+        assert erasure.events > 0 and erasure.snapshots > 0 and erasure.blob_candidates
+
+        with storage.read() as tx:
+            assert storage.get_session(tx, "s1") is None and storage.get_session(tx, "b2") is None
+            assert storage.get_tombstone(tx, "b1") == erasure.tombstones[1]
+            assert storage.get_tombstone(tx, "keep") is None
+            assert [t.session_id for t in storage.list_tombstones(tx)] == ["b1", "b2", "s1"]
+        for table in ("events", "snapshots", "compactions"):
+            left = _count(
+                raw_engine,
+                f"SELECT count(*) FROM {table} WHERE session_pk NOT IN (SELECT pk FROM sessions)",
+            )
+            assert left == 0, table
+        assert _count(raw_engine, "SELECT count(*) FROM compaction_permits") == 0
+
+        # Blobs: those "keep" still uses stay; only the ones nothing references go.
+        with storage.write() as tx:
+            gone = storage.collect_blobs(tx, erasure.blob_candidates)
+        assert _count(raw_engine, "SELECT count(*) FROM snapshot_blobs") == blobs_before - gone
+        with storage.write() as tx:
+            assert storage.collect_blobs(tx) == 0  # a full pass finds nothing more
+        assert store.load("keep").to_json() == keep_state
+        assert store.verify().ok
+        assert {s.id for s in store.sessions()} == {"keep", "solo"}
+
+        # An id erased once cannot be erased (tombstoned) again.
+        store.append("b1", [{"type": "stop"}])
+        with pytest.raises(StorageError):
+            with storage.write() as tx:
+                storage.erase_session(tx, _pk(storage, "b1"), erased_at=NOW, actor=None, reason="again")
+        assert store.head("b1") == 1
+    finally:
+        storage.close()
+        store.close()
+
+
+def test_collect_blobs_removes_unreferenced_blobs_only(
+    store: EventStore, storage: Storage, raw_engine: Engine
+) -> None:
+    store.append("s1", chat_session(turns=2, seed=1))
+    store.compact("s1", upto=10)  # leaves snapshots behind; blobs are shared, content-addressed
+    total = _count(raw_engine, "SELECT count(*) FROM snapshot_blobs")
+    with raw_engine.begin() as conn:
+        conn.execute(text("INSERT INTO snapshot_blobs VALUES (:d, :b)"), {"d": b"\x01" * 16, "b": b"{}"})
+    with storage.write() as tx:
+        assert storage.collect_blobs(tx, [b"\x02" * 16]) == 0  # not a blob at all
+        assert storage.collect_blobs(tx) == 1
+    assert _count(raw_engine, "SELECT count(*) FROM snapshot_blobs") == total
+    assert store.verify("s1").ok
+
+
+# -- revision 0002 on a database that already holds events --------------------------------
+
+
+def test_revision_0002_upgrades_and_downgrades_a_populated_database(
+    db_url: str, raw_engine: Engine
+) -> None:
+    from alembic import command
+
+    from eventstore.storage.migrate import alembic_config
+
+    with raw_engine.begin() as conn:
+        command.upgrade(alembic_config(conn), "0001")
+    with EventStore(db_url) as old:
+        old.append("s1", [{"type": "stop"}, {"type": "retry"}])
+    with EventStore(db_url) as store:
+        store.migrate()
+        assert store.verify().ok and store.head("s1") == 2
+        with raw_engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM tombstones")).scalar() == 0
+        with raw_engine.begin() as conn:
+            command.downgrade(alembic_config(conn), "0001")
+        # Back at 0001: the audit tables are gone, the guard of 0001 still refuses deletes.
+        with pytest.raises(DBAPIError, match="immutable"):
+            with raw_engine.begin() as conn:
+                conn.execute(text("DELETE FROM events"))
+        with raw_engine.connect() as conn:
+            with pytest.raises(DBAPIError):
+                conn.execute(text("SELECT count(*) FROM tombstones"))
+        store.migrate()
+        store.append("s1", [{"type": "stop"}])
+        assert store.verify().ok and store.head("s1") == 3
