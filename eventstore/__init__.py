@@ -62,6 +62,7 @@ from eventstore.models import (
     parse_actions,
     parse_state,
 )
+from eventstore.feed import Follower
 from eventstore.records import AppendResult, Problem, RecordedEvent, SessionInfo, VerifyReport
 from eventstore.reducer import (
     REDUCER_VERSION,
@@ -83,6 +84,7 @@ __all__ = [
     "EventStore",
     "AppendResult",
     "RecordedEvent",
+    "Follower",
     "SessionInfo",
     "VerifyReport",
     "Problem",

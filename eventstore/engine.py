@@ -43,7 +43,16 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from .codec import decode_many, encode_action, encode_metadata
-from .errors import CompactedError, ConcurrencyError, InvalidEvent, SchemaError, SessionExists, SessionNotFound
+from .errors import (
+    CompactedError,
+    ConcurrencyError,
+    InvalidEvent,
+    SchemaError,
+    SessionExists,
+    SessionNotFound,
+    VersionNotFound,
+)
+from .feed import FEED_CHUNK, FeedKey, Follower, FollowState, Pacer
 from .models import check_json, parse_actions
 from .planning import (
     AppendPlanner,
@@ -406,6 +415,90 @@ class Engine:
                     lo = rows[-1].version
                 if len(rows) < size:
                     break
+
+    # -- live follow and the feed --------------------------------------------------------
+
+    def follow(self, session: Any, *, after: Any = 0, idle_timeout: Any = None) -> Follower:
+        """A session's events after a version, then each new one as it is committed
+        (see :meth:`eventstore.EventStore.follow`)."""
+        v = self.validate
+        v.id(session, "session")
+        start = v.count(after, "after") or 0
+        idle = v.timeout(idle_timeout)
+        with self.storage.read() as tx:
+            row = self.row(tx, session)
+            lineage = self.lineage(tx, row)
+        if start > row.head:
+            raise VersionNotFound(
+                row.id, start, row.head,
+                f"session {row.id!r} has no version {start} to follow after (its head is {row.head})",
+            )
+        state = FollowState()
+        past = self._iter_history(
+            history_segments(lineage, row, start, None), {r.pk: r.id for r in lineage}, None, False
+        )
+        return Follower(self._follow(row, max(start, row.head), past, Pacer(idle, time.monotonic()), state), state)
+
+    def _follow(
+        self, row: SessionRow, last: int, past: Iterator[RecordedEvent], pacer: Pacer, state: FollowState
+    ) -> Iterator[RecordedEvent]:
+        for ev in past:
+            state.yielded(ev)
+            yield ev
+            pacer.saw_event(time.monotonic())
+        st = self.storage
+        watcher = st.watcher()
+        while True:
+            seen = watcher.generation()
+            # A session's versions are written under its row lock, so version v + 1 is
+            # never visible before v: reading on from the last version skips nothing.
+            with st.read() as tx:
+                rows = st.read_events(tx, row.pk, after=last, upto=MAX_VERSION, limit=HISTORY_CHUNK)
+            for e in rows:
+                ev = recorded(e, row.id)
+                last = e.version
+                state.yielded(ev)
+                yield ev
+                pacer.saw_event(time.monotonic())
+            if len(rows) == HISTORY_CHUNK:
+                continue
+            state.reached_end()
+            wait = pacer.next_wait(time.monotonic(), pending=False)
+            if wait is None:
+                return
+            watcher.wait(seen, None if wait == float("inf") else wait)
+
+    def feed(self, *, after: Any = None, idle_timeout: Any = 1.0) -> Follower:
+        """Every session's events in one resumable stream (see :meth:`eventstore.EventStore.feed`)."""
+        key = self.validate.position(after, "after")
+        idle = self.validate.timeout(idle_timeout)
+        state = FollowState()
+        return Follower(self._feed(key, Pacer(idle, time.monotonic()), state), state)
+
+    def _feed(self, key: FeedKey | None, pacer: Pacer, state: FollowState) -> Iterator[RecordedEvent]:
+        st = self.storage
+        watcher = st.watcher()
+        while True:
+            seen = watcher.generation()
+            with st.read() as tx:
+                barrier = st.feed_barrier(tx)
+                rows = st.read_feed(
+                    tx, after=None if key is None else key.as_tuple(), below=barrier.below, limit=FEED_CHUNK
+                )
+            for r in rows:
+                key = FeedKey(r.xact, r.event.session_pk, r.event.version)
+                ev = recorded(r.event, r.session_id, key.position())
+                state.yielded(ev)
+                yield ev
+                pacer.saw_event(time.monotonic())
+            if len(rows) == FEED_CHUNK:
+                continue
+            if not barrier.pending:
+                state.reached_end()
+            wait = pacer.next_wait(time.monotonic(), pending=barrier.pending)
+            if wait is None:
+                return
+            watcher.wait(seen, None if wait == float("inf") else wait)
 
     def session_rows(self) -> list[SessionRow]:
         """Every session row, oldest first."""

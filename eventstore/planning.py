@@ -438,8 +438,9 @@ def state_from_parts(parts: LoadParts, version: int) -> State:
 # -- records ----------------------------------------------------------------------------
 
 
-def recorded(e: EventRow, session_id: str) -> RecordedEvent:
-    """The public record of a stored event."""
+def recorded(e: EventRow, session_id: str, position: str | None = None) -> RecordedEvent:
+    """The public record of a stored event (``position``: its feed position, if read
+    from the feed)."""
     return RecordedEvent(
         session_id=session_id,
         version=e.version,
@@ -451,4 +452,5 @@ def recorded(e: EventRow, session_id: str) -> RecordedEvent:
         actor=e.actor,
         metadata=decode_metadata(e.metadata),
         hash=e.hash.hex(),
+        position=position,
     )

@@ -85,6 +85,8 @@ class RecordedEvent:
         actor: who recorded it, or ``None``.
         metadata: the JSON object recorded with it, or ``None``.
         hash: hex SHA-256 chaining it to the previous event.
+        position: where the event sits in the global feed (an opaque string to pass
+            back as ``feed(after=...)``); ``None`` outside :meth:`EventStore.feed`.
     """
 
     session_id: str
@@ -97,10 +99,12 @@ class RecordedEvent:
     actor: str | None
     metadata: dict[str, Any] | None
     hash: str
+    position: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The CLI's ``--json`` shape (``recorded_at`` as ISO 8601 UTC with ``Z``)."""
-        return {
+        """The CLI's ``--json`` shape (``recorded_at`` as ISO 8601 UTC with ``Z``;
+        ``position`` only for an event read from the feed)."""
+        doc: dict[str, Any] = {
             "session": self.session_id,
             "version": self.version,
             "event_id": self.event_id,
@@ -112,6 +116,9 @@ class RecordedEvent:
             "metadata": self.metadata,
             "hash": self.hash,
         }
+        if self.position is not None:
+            doc["position"] = self.position
+        return doc
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from . import verify as verifying
 from .compaction import CompactResult
 from .diff import SessionDiff
 from .engine import DEFAULT_SNAPSHOT_EVERY, Engine
+from .feed import Follower
 from .models import Action, SessionState
 from .records import AppendResult, RecordedEvent, SessionInfo, VerifyReport
 from .timetravel import ReplayStep
@@ -304,6 +305,61 @@ class EventStore:
             SessionNotFound: no such session.
         """
         return self._engine.history(session, after=after, upto=upto, limit=limit, desc=desc)
+
+    def follow(self, session: str, *, after: int = 0, idle_timeout: float | None = None) -> Follower:
+        """A session's events after a version, oldest first, then each new one as soon as
+        it is committed — every event exactly once, none skipped.
+
+        The past comes as :meth:`history` gives it (a branch's inherited prefix included);
+        then the follower waits for new events without polling the database in a loop
+        (PostgreSQL: one ``LISTEN`` connection per store wakes every follower at a commit;
+        SQLite: a dedicated connection watches ``PRAGMA data_version``).
+
+        Args:
+            session: the session to follow.
+            after: start after this version (0: from the start; a version ``n`` seen
+                before, to resume).
+            idle_timeout: stop after this many seconds without a new event; ``None``
+                follows until the iterator is closed.
+
+        Returns:
+            A :class:`~eventstore.Follower`: iterate it for :class:`RecordedEvent` records
+            (``position`` is ``None``); ``lag`` and ``caught_up`` tell how far behind it is.
+            Events a compaction removed before the follower read them are not yielded.
+
+        Raises:
+            InvalidEvent: an argument is malformed.
+            SessionNotFound: no such session.
+            VersionNotFound: ``after`` is beyond the session's head.
+        """
+        return self._engine.follow(session, after=after, idle_timeout=idle_timeout)
+
+    def feed(self, *, after: str | None = None, idle_timeout: float | None = 1.0) -> Follower:
+        """The events of every session in one stream, each with its ``position``.
+
+        Never skips an event — also one whose transaction committed after an event placed
+        later — and never yields one twice; each session's events come in version order.
+        Store the ``position`` of the last event handled and pass it as ``after`` to
+        resume right after it, in this process or another, across server restarts.
+        On PostgreSQL the feed reads only events below the oldest transaction still
+        running, so a transaction held open holds the feed back until it ends (see
+        ``lag``). Events removed by a compaction or an erasure before the feed reached
+        them are not yielded.
+
+        Args:
+            after: a position from an earlier event (``None``: from the start).
+            idle_timeout: stop after this many seconds without a new event; ``None``
+                follows forever.
+
+        Returns:
+            A :class:`~eventstore.Follower` of :class:`RecordedEvent` records with
+            ``position`` set; its ``position`` is the last one handed out.
+
+        Raises:
+            InvalidEvent: ``after`` is not a position, or ``idle_timeout`` not a number
+                of seconds >= 0.
+        """
+        return self._engine.feed(after=after, idle_timeout=idle_timeout)
 
     def sessions(self) -> list[SessionInfo]:
         """Every session (roots and branches), oldest first."""

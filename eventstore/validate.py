@@ -9,12 +9,15 @@ raw ``TypeError``.
 
 from __future__ import annotations
 
+import math
+
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .errors import InvalidEvent
+from .feed import FeedKey, parse_position
 
 __all__ = ["MAX_VERSION", "Limits", "Validator"]
 
@@ -134,6 +137,28 @@ class Validator:
         if type(value) is not int or value < 0:
             raise InvalidEvent(f"{what} must be an integer >= 0, got {value!r}", field=what)
         return value
+
+    @staticmethod
+    def timeout(value: Any, what: str = "idle_timeout") -> float | None:
+        """An optional duration in seconds: ``None`` (no limit) or a finite number >= 0.
+
+        Raises:
+            InvalidEvent: it is another type (a ``bool``, a string), negative or not finite.
+        """
+        if value is None:
+            return None
+        if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
+            raise InvalidEvent(f"{what} must be a number of seconds >= 0 or None, got {value!r}", field=what)
+        return float(value)
+
+    @staticmethod
+    def position(value: Any, what: str = "after") -> FeedKey | None:
+        """An optional feed position (an event's ``position``); its key.
+
+        Raises:
+            InvalidEvent: it is not a position string this store hands out.
+        """
+        return parse_position(value, what)
 
     @staticmethod
     def flag(value: Any, what: str) -> bool:

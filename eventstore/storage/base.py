@@ -40,6 +40,9 @@ __all__ = [
     "CompactionRow",
     "TombstoneRow",
     "Erasure",
+    "FeedRow",
+    "FeedBarrier",
+    "ChangeWatcher",
 ]
 
 #: The hash a root session's first event chains from.
@@ -269,6 +272,55 @@ class Erasure:
     events: int
     snapshots: int
     blob_candidates: frozenset[bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class FeedRow:
+    """One event as the feed reads it: the row, its session's id and its feed number.
+
+    The feed's order is ``(xact, event.session_pk, event.version)``.
+    """
+
+    event: EventRow
+    session_id: str
+    xact: int
+
+
+@dataclass(frozen=True, slots=True)
+class FeedBarrier:
+    """Where the feed may read up to, now.
+
+    Attributes:
+        below: only rows with ``xact < below`` are final (PostgreSQL: the oldest running
+            transaction id); ``None`` when every committed row is final (SQLite).
+        pending: committed rows at or above ``below`` exist (they wait for an older
+            transaction to end).
+    """
+
+    below: int | None
+    pending: bool = False
+
+
+class ChangeWatcher(ABC):
+    """Wakes readers when events may have been committed (a hint, never the data).
+
+    A reader notes :meth:`generation`, reads, and then calls :meth:`wait` with the noted
+    generation: anything committed after the note makes the generation move, so no commit
+    is slept through. Waits are bounded by ``timeout`` in any case.
+    """
+
+    @abstractmethod
+    def generation(self) -> int:
+        """A number that changes whenever a commit may have happened since."""
+
+    @abstractmethod
+    def wait(self, seen: int, timeout: float | None) -> int:
+        """Block until the generation differs from ``seen`` or ``timeout`` seconds pass
+        (``None``: no limit); return the current generation."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Stop watching and release the connection."""
 
 
 class EventIdRace(StorageError):
@@ -615,6 +667,29 @@ class Storage(ABC):
         EXCLUSIVE lock on ``snapshots`` and ``snapshot_blobs``; SQLite: the write lock),
         so no snapshot can start referencing a blob while it is being deleted.
         """
+
+    # -- feed -----------------------------------------------------------------------------
+
+    @abstractmethod
+    def feed_barrier(self, tx: Tx) -> FeedBarrier:
+        """How far the feed may read now (see :class:`FeedBarrier`)."""
+
+    @abstractmethod
+    def read_feed(
+        self, tx: Tx, *, after: tuple[int, int, int] | None, below: int | None, limit: int
+    ) -> list[FeedRow]:
+        """Events in feed order after the key ``(xact, session_pk, version)``.
+
+        Args:
+            after: the key of the last event read (``None``: from the start).
+            below: only rows with ``xact < below`` (``None``: no bound).
+            limit: at most this many rows.
+        """
+
+    @abstractmethod
+    def watcher(self) -> ChangeWatcher:
+        """The storage's change watcher (one per storage, started on first use; its
+        dedicated connection is released by :meth:`close`)."""
 
     def iter_chunks(self, seq: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
         """Split a long parameter list (SQLite caps bound parameters per statement)."""

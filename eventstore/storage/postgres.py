@@ -14,13 +14,28 @@ from typing import Any
 
 import psycopg
 import psycopg.errors
-from sqlalchemy import Connection, create_engine, event, func, select
+from psycopg import sql as pgsql
+from sqlalchemy import (
+    BigInteger,
+    Connection,
+    Text,
+    bindparam,
+    cast,
+    create_engine,
+    event,
+    exists,
+    func,
+    literal_column,
+    select,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DisconnectionError
 
-from .base import DIGEST_SIZE, EventRow, LoadParts, SnapshotRow
-from .sql import ErrorKind, SqlStorage, session_row
+from .base import DIGEST_SIZE, EventRow, FeedBarrier, LoadParts, SnapshotRow, Tx
+from .schema import events
+from .sql import Compiled, ErrorKind, SqlStorage, session_row
+from .watch import Probe
 
 __all__ = [
     "PostgresStorage",
@@ -28,6 +43,10 @@ __all__ = [
     "DROP_IMMUTABILITY_DDL_V1",
     "audit_ddl_v2",
     "DROP_AUDIT_DDL_V2",
+    "FEED_XACT",
+    "FEED_DDL_V3",
+    "DROP_FEED_DDL_V3",
+    "feed_channel",
 ]
 
 # pg_advisory_xact_lock key for migrations: crc32(b"eventstore-migrate").
@@ -104,11 +123,51 @@ def audit_ddl_v2(schema: str) -> tuple[str, ...]:
 #: Undoes :func:`audit_ddl_v2`: the guard of revision 0001.
 DROP_AUDIT_DDL_V2 = (_guard_function("compaction_permits"),)
 
+#: The default of ``events.xact`` (revision 0003): the writing transaction's id. It is the
+#: key of the feed's visibility barrier: a transaction's id is assigned before it commits,
+#: so rows below the oldest running transaction id are all committed and no row can ever
+#: be added below it again.
+FEED_XACT = "(pg_current_xact_id()::text)::bigint"
+
+#: Revision 0003: one coalesced wake-up per writing transaction. A statement-level trigger
+#: notifies once per INSERT statement, and PostgreSQL folds identical notifications of one
+#: transaction into one, delivered at commit. The channel names the events table by its
+#: OID, so stores on different schemas of one server wake only their own followers.
+FEED_DDL_V3 = (
+    """
+    CREATE FUNCTION eventstore_events_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM pg_notify('eventstore_' || TG_RELID::text, '');
+        RETURN NULL;
+    END
+    $$
+    """,
+    """
+    CREATE TRIGGER events_notify AFTER INSERT ON events
+    FOR EACH STATEMENT EXECUTE FUNCTION eventstore_events_notify()
+    """,
+)
+
+DROP_FEED_DDL_V3 = (
+    "DROP TRIGGER IF EXISTS events_notify ON events",
+    "DROP FUNCTION IF EXISTS eventstore_events_notify()",
+)
+
+#: The channel :data:`FEED_DDL_V3` notifies, for the events table the search path finds.
+_FEED_CHANNEL = "SELECT 'eventstore_' || to_regclass('events')::oid::text"
+
+
+def feed_channel() -> str:
+    """The statement that names the notification channel of this schema's events table."""
+    return _FEED_CHANNEL
+
+
 # One statement, one round trip, its own transaction (run in autocommit): move the head
 # only if it is still what the writer saw (the version check built in; the UPDATE takes
 # the session's row lock), insert the batch from arrays, and store the snapshots the batch
-# reaches with the message blobs they add. Every insert selects FROM moved, so nothing at
-# all is written when the head had moved on. Arrays and bytes are sent in binary (%b):
+# reaches with the message blobs they add. Each event's feed number is the transaction's
+# id, raised to the session's previous event's (see eventstore/feed.py). Every insert
+# selects FROM moved, so nothing at all is written when the head had moved on. Arrays and bytes are sent in binary (%b):
 # psycopg's text quoting of a hundred bytea elements costs milliseconds.
 _APPEND_FAST = """
 WITH moved AS (
@@ -117,9 +176,12 @@ WITH moved AS (
     RETURNING pk
 ), ins AS (
     INSERT INTO events
-        (session_pk, version, event_id, type, turn, payload, recorded_at, actor, metadata, hash)
+        (session_pk, version, event_id, type, turn, payload, recorded_at, actor, metadata, hash,
+         xact)
     SELECT moved.pk, u.version, u.event_id, u.type, u.turn, u.payload,
-           %(recorded_at)s::bigint, %(actor)s::text, %(metadata)b::bytea, u.hash
+           %(recorded_at)s::bigint, %(actor)s::text, %(metadata)b::bytea, u.hash,
+           greatest({FEED_XACT}, (SELECT p.xact FROM events p
+                                   WHERE p.session_pk = moved.pk AND p.version = %(old_head)s))
     FROM moved, unnest(%(versions)b::int[], %(event_ids)b::text[], %(types)b::text[],
                        %(turns)b::int[], %(payloads)b::bytea[], %(hashes)b::bytea[])
          AS u(version, event_id, type, turn, payload, hash)
@@ -140,7 +202,7 @@ WITH moved AS (
         message_digests = excluded.message_digests
 )
 SELECT count(*) FROM ins
-"""
+""".replace("{FEED_XACT}", FEED_XACT)
 
 # The same without the snapshot parts, for the (most frequent) batches that reach none.
 _APPEND_FAST_NO_SNAPSHOT = (
@@ -161,11 +223,13 @@ WITH moved AS (
     RETURNING pk
 )
 INSERT INTO events
-    (session_pk, version, event_id, type, turn, payload, recorded_at, actor, metadata, hash)
+    (session_pk, version, event_id, type, turn, payload, recorded_at, actor, metadata, hash, xact)
 SELECT moved.pk, %(head)s::int, %(event_id)s::text, %(type)s::text, %(turn)s::int,
-       %(payload)b, %(recorded_at)s::bigint, %(actor)s::text, %(metadata)b::bytea, %(hash)b
+       %(payload)b, %(recorded_at)s::bigint, %(actor)s::text, %(metadata)b::bytea, %(hash)b,
+       greatest({FEED_XACT}, (SELECT p.xact FROM events p
+                               WHERE p.session_pk = moved.pk AND p.version = %(old_head)s::int))
 FROM moved
-"""
+""".replace("{FEED_XACT}", FEED_XACT)
 
 _RETRYABLE = (
     psycopg.errors.SerializationFailure,
@@ -213,6 +277,47 @@ def _is_config_error(exc: BaseException) -> bool:
     return any(phrase in text for phrase in _CONFIG_ERRORS)
 
 
+def _feed_barrier() -> Any:
+    """The oldest running transaction id (every row below it is committed for good), and
+    whether committed rows wait at or above it — in one snapshot."""
+    xmin = cast(cast(func.pg_snapshot_xmin(func.pg_current_snapshot()), Text), BigInteger)
+    b = select(xmin.label("x")).subquery("b")
+    return select(b.c.x, exists().where(events.c.xact >= b.c.x))
+
+
+class _ListenProbe(Probe):
+    """LISTEN on a dedicated connection (outside the pool) for the events table's channel."""
+
+    def __init__(self, engine: Any) -> None:
+        self._engine = engine
+
+    def connect(self) -> Any:
+        dialect = self._engine.dialect
+        cargs, cparams = dialect.create_connect_args(self._engine.url)
+        params = {"connect_timeout": 5, **cparams, "autocommit": True}
+        conn = psycopg.connect(*cargs, **params)
+        try:
+            channel = conn.execute(feed_channel()).fetchone()
+            if channel is None or channel[0] is None:
+                raise RuntimeError("no events table: the database is not migrated")
+            conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(channel[0])))
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def changed(self, handle: Any, timeout: float, stop: Any) -> bool:
+        for _ in handle.notifies(timeout=timeout, stop_after=1):
+            return True
+        return False
+
+    def close(self, handle: Any) -> None:
+        try:
+            handle.close()
+        except Exception:  # noqa: BLE001 - a dead connection is closed anyway
+            pass
+
+
 class PostgresStorage(SqlStorage):
     """Storage on PostgreSQL (``postgresql+psycopg://user:pw@host/db``)."""
 
@@ -239,6 +344,7 @@ class PostgresStorage(SqlStorage):
         event.listen(engine, "checkin", _on_checkin)
         event.listen(engine, "checkout", self._on_checkout)
         super().__init__(engine, url)
+        self._q_feed_barrier = Compiled(_feed_barrier(), engine.dialect)
 
     def _on_checkout(self, dbapi_conn: Any, record: Any, _proxy: Any) -> None:
         """Liveness check at checkout, without a round trip on the append hot path.
@@ -382,6 +488,28 @@ class PostgresStorage(SqlStorage):
 
     def _lock_clause(self, stmt: Any) -> Any:
         return stmt.with_for_update()
+
+    def _new_xact(self) -> Any:
+        # The column default would do for the barrier alone; raising it to the previous
+        # event's keeps one session in version order when a transaction got its id before
+        # another one that wrote the session's earlier versions.
+        prev = events.alias("prev")
+        earlier = (
+            select(prev.c.xact)
+            .where(
+                prev.c.session_pk == bindparam("session_pk"),
+                prev.c.version == bindparam("version") - literal_column("1"),
+            )
+            .scalar_subquery()
+        )
+        return func.greatest(literal_column(FEED_XACT), earlier)
+
+    def feed_barrier(self, tx: Tx) -> FeedBarrier:
+        r = self._fetchone(tx, self._q_feed_barrier, {})
+        return FeedBarrier(int(r[0]), bool(r[1]))
+
+    def _probe(self) -> Probe:
+        return _ListenProbe(self.engine)
 
     def _insert(self, table: Any) -> Any:
         return pg_insert(table)

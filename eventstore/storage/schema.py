@@ -15,6 +15,7 @@ Tables::
     compactions         one row per compaction: binds the baseline to the chain (state digest,
                         and the hashes of the versions it removed, for checkpoint checks)
     tombstones          one row per erased session: what was erased, when, by whom and why
+    feed_clock          SQLite only: the highest feed number ever deleted (never handed out again)
 
 Integers and bytes only: timestamps are microseconds since the Unix epoch (UTC), so both
 backends store them losslessly and identically; hashes and digests are raw bytes.
@@ -47,6 +48,7 @@ __all__ = [
     "compaction_permits",
     "compactions",
     "tombstones",
+    "feed_clock",
 ]
 
 NAMING_CONVENTION = {
@@ -98,7 +100,13 @@ events = Table(
     Column("actor", Text, nullable=True),
     Column("metadata", LargeBinary, nullable=True),
     Column("hash", LargeBinary, nullable=False),
+    # The feed's order is (xact, session_pk, version). PostgreSQL: the writing transaction's
+    # id (never lower than the session's previous event's), a column default so that every
+    # insert gets it; the feed reads only below the oldest running transaction. SQLite (one
+    # writer at a time): a number that grows in commit order, given by the insert.
+    Column("xact", BigInteger, nullable=True),
     PrimaryKeyConstraint("session_pk", "version"),
+    Index("ix_events_xact", "xact"),
     Index(
         "ix_events_session_pk_event_id",
         "session_pk",
@@ -171,4 +179,13 @@ tombstones = Table(
     Column("reason", Text, nullable=False),
     # The session whose erasure took this one with it (a branch of it); NULL for that one.
     Column("erased_with", Text, nullable=True),
+)
+
+feed_clock = Table(
+    "feed_clock",
+    metadata,
+    # One row (id 1), SQLite only: the highest `events.xact` a compaction or an erasure
+    # deleted, so that a later insert never reuses it (PostgreSQL's xact never repeats).
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("xact", BigInteger, nullable=False),
 )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 from dataclasses import fields
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+import threading
 from contextlib import contextmanager
 from typing import Any
 
@@ -34,10 +35,13 @@ from ..errors import ConcurrencyError, EventStoreError, SchemaError, StorageErro
 from .base import (
     DIGEST_SIZE,
     HASH_SIZE,
+    ChangeWatcher,
     CompactionRow,
     Erasure,
     EventIdRace,
     EventRow,
+    FeedBarrier,
+    FeedRow,
     LoadParts,
     NewSession,
     Segment,
@@ -47,18 +51,20 @@ from .base import (
     TombstoneRow,
     Tx,
 )
+from .watch import Probe, ThreadWatcher
 from .schema import (
     VERSION_TABLE,
     compaction_permits,
     compactions,
     events,
+    feed_clock,
     sessions,
     snapshot_blobs,
     snapshots,
     tombstones,
 )
 
-__all__ = ["ErrorKind", "SqlStorage", "Compiled", "mask_url"]
+__all__ = ["ErrorKind", "SqlStorage", "Compiled", "mask_url", "insert_events_stmt"]
 
 # SQLite's default limit is 32766 bound parameters; stay far below it.
 _CHUNK = 500
@@ -127,7 +133,34 @@ S_MOVE_HEAD = (
     )
     .values(head=_P("p_head"), head_hash=_P("p_hash"), head_turn=_P("p_turn"))
 )
-S_INSERT_EVENTS = insert(events)
+
+def insert_events_stmt(xact: Any) -> Any:
+    """The INSERT of one event row, its columns bound by name and ``xact`` given by the
+    dialect's expression (see :meth:`SqlStorage._new_xact`)."""
+    values: dict[str, Any] = {c.name: _P(c.name) for c in _EVENT_COLS}
+    values["xact"] = xact
+    return insert(events).values(values)
+
+
+# The feed: events after a key (xact, session_pk, version), in that order. `xact >= :x`
+# lets the index on xact bound the scan; the rest is the key comparison spelled out.
+_FEED_AFTER = and_(
+    events.c.xact >= _P("x"),
+    or_(
+        events.c.xact > _P("x"),
+        events.c.session_pk > _P("s"),
+        and_(events.c.session_pk == _P("s"), events.c.version > _P("v")),
+    ),
+)
+_FEED = (
+    select(*_EVENT_COLS, events.c.xact, sessions.c.id)
+    .join(sessions, sessions.c.pk == events.c.session_pk)
+    .where(_FEED_AFTER)
+    .order_by(events.c.xact, events.c.session_pk, events.c.version)
+    .limit(_P("lim"))
+)
+S_READ_FEED = _FEED
+S_READ_FEED_BELOW = _FEED.where(events.c.xact < _P("below"))
 S_READ_PAYLOADS = (
     select(events.c.payload)
     .where(
@@ -255,7 +288,11 @@ class SqlStorage(Storage):
         self._q_lock_session = Compiled(self._lock_clause(S_GET_SESSION), d)
         self._q_set_head = Compiled(S_SET_HEAD, d)
         self._q_move_head = Compiled(S_MOVE_HEAD, d)
-        self._q_insert_events = Compiled(S_INSERT_EVENTS, d)
+        self._q_insert_events = Compiled(insert_events_stmt(self._new_xact()), d)
+        self._q_feed = Compiled(S_READ_FEED, d)
+        self._q_feed_below = Compiled(S_READ_FEED_BELOW, d)
+        self._watcher: ChangeWatcher | None = None
+        self._watcher_lock = threading.Lock()
         self._q_read_payloads = Compiled(S_READ_PAYLOADS, d)
         self._q_read_asc = Compiled(S_READ_EVENTS_ASC, d)
         self._q_read_desc = Compiled(S_READ_EVENTS_DESC, d)
@@ -301,6 +338,15 @@ class SqlStorage(Storage):
                 "message_digests": stmt.excluded.message_digests,
             },
         )
+
+    def _new_xact(self) -> Any:
+        """The feed number of an inserted event, as a SQL expression over its bound
+        ``session_pk`` and ``version`` (see ``eventstore/feed.py``)."""
+        raise NotImplementedError
+
+    def _probe(self) -> Probe:
+        """How this backend notices commits (for :meth:`watcher`)."""
+        raise NotImplementedError
 
     def _migration_lock(self, conn: Connection) -> None:
         """Serialise concurrent migrations (PostgreSQL: an advisory lock)."""
@@ -407,6 +453,10 @@ class SqlStorage(Storage):
                 yield conn
 
     def close(self) -> None:
+        with self._watcher_lock:
+            w, self._watcher = self._watcher, None
+        if w is not None:
+            w.close()
         self.engine.dispose()
 
     # -- schema -------------------------------------------------------------------------
@@ -617,6 +667,29 @@ class SqlStorage(Storage):
     def event_at(self, tx: Tx, session_pk: int, version: int) -> EventRow | None:
         r = self._fetchone(tx, self._q_event_at, {"pk": session_pk, "version": version})
         return None if r is None else _event(r)
+
+    # -- feed -------------------------------------------------------------------------------
+
+    def feed_barrier(self, tx: Tx) -> FeedBarrier:
+        return FeedBarrier(None)
+
+    def read_feed(
+        self, tx: Tx, *, after: tuple[int, int, int] | None, below: int | None, limit: int
+    ) -> list[FeedRow]:
+        x, s, v = (-1, 0, 0) if after is None else after
+        params: dict[str, Any] = {"x": x, "s": s, "v": v, "lim": limit}
+        q = self._q_feed
+        if below is not None:
+            q, params["below"] = self._q_feed_below, below
+        return [
+            FeedRow(_event(r), r[11], r[10]) for r in self._fetchall(tx, q, params)
+        ]
+
+    def watcher(self) -> ChangeWatcher:
+        with self._watcher_lock:
+            if self._watcher is None:
+                self._watcher = ThreadWatcher(self._probe(), name=f"eventstore-watch {self.safe_url}")
+            return self._watcher
 
     # -- snapshots ----------------------------------------------------------------------
 

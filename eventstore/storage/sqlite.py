@@ -10,14 +10,18 @@ up front (and waited for through ``busy_timeout``), a plain ``BEGIN`` for reads.
 from __future__ import annotations
 
 import sqlite3
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, create_engine, event
+from sqlalchemy import Connection, create_engine, event, func, literal_column, select
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from .base import EventRow, SnapshotRow
+from .schema import events, feed_clock
 from .sql import ErrorKind, SqlStorage
+from .watch import Probe
 
 __all__ = [
     "SQLiteStorage",
@@ -27,6 +31,9 @@ __all__ = [
     "DROP_AUDIT_DDL_V2",
     "VERSION_RECORDED",
     "EVENT_ID_RECORDED",
+    "FEED_DDL_V3",
+    "DROP_FEED_DDL_V3",
+    "feed_backfill_v3",
 ]
 
 _WRITE = "eventstore_write"
@@ -105,6 +112,37 @@ DROP_AUDIT_DDL_V2 = (
 )
 
 
+#: Revision 0003: a deleted event's feed number is remembered in ``feed_clock``, so that
+#: the next insert (``max(events.xact, feed_clock.xact) + 1``) never hands it out again —
+#: a consumer that stored it as its position would otherwise skip the new event.
+FEED_DDL_V3 = (
+    """
+    CREATE TRIGGER events_feed_clock AFTER DELETE ON events
+    BEGIN
+        INSERT INTO feed_clock (id, xact) VALUES (1, coalesce(OLD.xact, 0))
+        ON CONFLICT (id) DO UPDATE SET xact = max(xact, excluded.xact);
+    END
+    """,
+)
+
+DROP_FEED_DDL_V3 = ("DROP TRIGGER IF EXISTS events_feed_clock",)
+
+
+def feed_backfill_v3() -> tuple[str, ...]:
+    """Give the events recorded before revision 0003 their feed number: 0 for all (the
+    feed orders them by session and version, before anything recorded later).
+
+    The immutability trigger refuses every UPDATE of events, so it is dropped around the
+    backfill and recreated as it was, inside the migration's transaction.
+    """
+    no_update = IMMUTABILITY_DDL_V1[0]
+    return (
+        "DROP TRIGGER events_no_update",
+        "UPDATE events SET xact = 0 WHERE xact IS NULL",
+        no_update,
+    )
+
+
 class _RawTx:
     """What the statement helpers of ``sql.py`` need of a transaction: ``.connection``."""
 
@@ -112,6 +150,45 @@ class _RawTx:
 
     def __init__(self, connection: Any) -> None:
         self.connection = connection
+
+
+#: How often the watcher asks SQLite whether another connection committed.
+DATA_VERSION_POLL = 0.01
+
+
+class _DataVersionProbe(Probe):
+    """``PRAGMA data_version`` on a dedicated connection: it changes when any other
+    connection (of any process) commits. A query of a page already in memory: cheap enough
+    to ask every few milliseconds. An in-memory database has no other connection to watch:
+    the probe then just reports a possible change every ``poll`` seconds."""
+
+    def __init__(self, path: str | None, poll: float = DATA_VERSION_POLL) -> None:
+        self._path = path
+        self._poll = poll
+
+    def connect(self) -> Any:
+        if self._path is None:
+            return None
+        conn = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
+        return [conn, conn.execute("PRAGMA data_version").fetchone()[0]]
+
+    def changed(self, handle: Any, timeout: float, stop: threading.Event) -> bool:
+        end = time.monotonic() + timeout
+        while True:
+            if stop.wait(self._poll):
+                return False
+            if handle is None:
+                return True
+            v = handle[0].execute("PRAGMA data_version").fetchone()[0]
+            if v != handle[1]:
+                handle[1] = v
+                return True
+            if time.monotonic() >= end:
+                return False
+
+    def close(self, handle: Any) -> None:
+        if handle is not None:
+            handle[0].close()
 
 
 class SQLiteStorage(SqlStorage):
@@ -123,6 +200,7 @@ class SQLiteStorage(SqlStorage):
         engine = create_engine(url, echo=echo)
         timeout = int(busy_timeout_ms)
         in_memory = engine.url.database in (None, "", ":memory:")
+        self._path = None if in_memory else engine.url.database
 
         @event.listens_for(engine, "connect")
         def _on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -146,6 +224,17 @@ class SQLiteStorage(SqlStorage):
 
     def _begin_write(self, conn: Connection) -> None:
         conn.execution_options(**{_WRITE: True})
+
+    def _new_xact(self) -> Any:
+        # Writers take turns (BEGIN IMMEDIATE), so one more than any number handed out —
+        # including the deleted ones feed_clock remembers — grows in commit order.
+        zero = literal_column("0")
+        newest = select(func.max(events.c.xact)).scalar_subquery()
+        deleted = select(feed_clock.c.xact).where(feed_clock.c.id == literal_column("1")).scalar_subquery()
+        return func.max(func.coalesce(newest, zero), func.coalesce(deleted, zero)) + literal_column("1")
+
+    def _probe(self) -> Probe:
+        return _DataVersionProbe(self._path)
 
     def append_fast(
         self,

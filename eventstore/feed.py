@@ -1,0 +1,207 @@
+"""Live follow and the global feed: every decision that is not I/O, in one place.
+
+The sync engine (:meth:`eventstore.engine.Engine.follow` / :meth:`~eventstore.engine.Engine.feed`)
+reads rows and waits for wake-ups; what it reads next, where a position points, when to
+read again, when to stop and how far behind the reader is are decided here, so an asyncio
+twin only swaps the reads and the waits.
+
+**Order and positions.** The feed's order is the key ``(xact, session_pk, version)``:
+
+- on PostgreSQL ``xact`` is the id of the transaction that wrote the event (raised, if need
+  be, to the value of the session's previous event, so one session never goes backwards).
+  A transaction id is assigned *before* the transaction commits, so ids do not follow
+  commit order — the classic gap: a reader that moved past id 12 would miss transaction 11
+  committing later. The feed therefore reads only rows whose ``xact`` is below the oldest
+  transaction still running (``pg_snapshot_xmin(pg_current_snapshot())``): every such row
+  is committed, and no row can ever be written below that bound again. No lock is taken
+  and nothing is ever skipped by a timer; a long-open writing transaction simply holds the
+  feed back until it ends (:attr:`Follower.lag` shows it).
+- on SQLite writers take turns (``BEGIN IMMEDIATE``), so ``xact`` is a number that grows in
+  commit order and every committed row is final at once.
+
+A position is the key of an event, written as fixed-width hex (``xact.session.version``), so
+positions of one database also compare in feed order as strings. It is opaque to callers:
+they store it and pass it back as ``after``.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import InvalidEvent
+from .records import RecordedEvent
+
+__all__ = [
+    "FeedKey",
+    "parse_position",
+    "Pacer",
+    "FollowState",
+    "Follower",
+    "FEED_CHUNK",
+    "PENDING_POLL",
+]
+
+#: Events read per query while catching up.
+FEED_CHUNK = 500
+#: How often the feed looks again while committed events wait behind an older open
+#: transaction that may never notify (one that wrote no event).
+PENDING_POLL = 0.05
+
+_POSITION = re.compile(r"([0-9a-f]{16})\.([0-9a-f]{8})\.([0-9a-f]{8})")
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class FeedKey:
+    """Where an event sits in the feed: compared as ``(xact, session_pk, version)``."""
+
+    xact: int
+    session_pk: int
+    version: int
+
+    def position(self) -> str:
+        """The opaque position string of this key."""
+        return f"{self.xact:016x}.{self.session_pk:08x}.{self.version:08x}"
+
+    def as_tuple(self) -> tuple[int, int, int]:
+        """``(xact, session_pk, version)``, as storage takes it."""
+        return (self.xact, self.session_pk, self.version)
+
+
+def parse_position(value: Any, what: str = "after") -> FeedKey | None:
+    """The key of a position string (``None`` stays ``None``: the feed's start).
+
+    Raises:
+        InvalidEvent: ``value`` is not a position this store hands out.
+    """
+    if value is None:
+        return None
+    m = _POSITION.fullmatch(value) if isinstance(value, str) else None
+    if m is None:
+        raise InvalidEvent(
+            f"{what} must be a feed position (as an event's `position` gives it) or None, got {value!r}",
+            field=what,
+        )
+    return FeedKey(int(m.group(1), 16), int(m.group(2), 16), int(m.group(3), 16))
+
+
+class Pacer:
+    """When a follower reads again, and when it stops.
+
+    Args:
+        idle_timeout: stop after this many seconds without an event (``None``: never).
+        now: the monotonic time the follower started.
+    """
+
+    def __init__(self, idle_timeout: float | None, now: float) -> None:
+        self.idle_timeout = idle_timeout
+        self.last_event = now
+
+    def saw_event(self, now: float) -> None:
+        """An event was handed out at ``now`` (the idle clock restarts)."""
+        self.last_event = now
+
+    def next_wait(self, now: float, *, pending: bool) -> float | None:
+        """How long to wait for a wake-up before reading again.
+
+        Returns:
+            Seconds (``inf``: no limit), or ``None`` when the idle timeout has passed
+            and the follower stops.
+        """
+        left = float("inf")
+        if self.idle_timeout is not None:
+            left = self.last_event + self.idle_timeout - now
+            if left <= 0:
+                return None
+        return min(left, PENDING_POLL) if pending else left
+
+
+class FollowState:
+    """What a follower has handed out so far, and how far behind it is.
+
+    Args:
+        clock: wall-clock seconds since the epoch (``time.time``).
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self.position: str | None = None
+        self.version: int | None = None
+        self.caught_up = False
+        self._last_recorded: float | None = None
+
+    def yielded(self, event: RecordedEvent) -> None:
+        """``event`` is being handed out."""
+        self.caught_up = False
+        self.version = event.version
+        if event.position is not None:
+            self.position = event.position
+        self._last_recorded = event.recorded_at.timestamp()
+
+    def reached_end(self) -> None:
+        """The last read found nothing newer: the follower is caught up."""
+        self.caught_up = True
+
+    @property
+    def lag(self) -> float:
+        """Seconds between now and the recording of the last event handed out while the
+        follower is still behind; ``0.0`` once a read found nothing newer."""
+        if self.caught_up or self._last_recorded is None:
+            return 0.0
+        return max(0.0, self._clock() - self._last_recorded)
+
+
+class Follower(Iterator[RecordedEvent]):
+    """What :meth:`~eventstore.EventStore.follow` and :meth:`~eventstore.EventStore.feed`
+    return: an iterator of :class:`~eventstore.RecordedEvent` that also tells how far
+    behind it is.
+
+    Attributes:
+        lag: seconds between now and the recording of the last event handed out, while
+            more are known to be waiting; ``0.0`` once it has caught up.
+        caught_up: the last read found nothing newer (the follower is live).
+        position: the feed position of the last event handed out (``None`` for
+            :meth:`~eventstore.EventStore.follow`, or before the first event).
+        version: the version of the last event handed out.
+    """
+
+    def __init__(self, events: Iterator[RecordedEvent], state: FollowState) -> None:
+        self._events = events
+        self._state = state
+
+    def __iter__(self) -> Follower:
+        return self
+
+    def __next__(self) -> RecordedEvent:
+        return next(self._events)
+
+    @property
+    def lag(self) -> float:
+        return self._state.lag
+
+    @property
+    def caught_up(self) -> bool:
+        return self._state.caught_up
+
+    @property
+    def position(self) -> str | None:
+        return self._state.position
+
+    @property
+    def version(self) -> int | None:
+        return self._state.version
+
+    def close(self) -> None:
+        """Stop following (the iterator ends; nothing stays open)."""
+        close = getattr(self._events, "close", None)
+        if close is not None:
+            close()
+
+    def __enter__(self) -> Follower:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
