@@ -243,10 +243,12 @@ def test_revision_0002_upgrades_and_downgrades_a_populated_database(
 
     from eventstore.storage.migrate import alembic_config
 
-    with raw_engine.begin() as conn:
-        command.upgrade(alembic_config(conn), "0001")
+    # Events recorded by this code, then the schema taken back to 0001 under them.
     with EventStore(db_url) as old:
+        old.migrate()
         old.append("s1", [{"type": "stop"}, {"type": "retry"}])
+    with raw_engine.begin() as conn:
+        command.downgrade(alembic_config(conn), "0001")
     with EventStore(db_url) as store:
         store.migrate()
         assert store.verify().ok and store.head("s1") == 2

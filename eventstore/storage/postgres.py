@@ -289,11 +289,11 @@ class _ListenProbe(Probe):
     """LISTEN on a dedicated connection (outside the pool) for the events table's channel."""
 
     def __init__(self, engine: Any) -> None:
-        self._engine = engine
+        self._db = engine
 
     def connect(self) -> Any:
-        dialect = self._engine.dialect
-        cargs, cparams = dialect.create_connect_args(self._engine.url)
+        dialect = self._db.dialect
+        cargs, cparams = dialect.create_connect_args(self._db.url)
         params = {"connect_timeout": 5, **cparams, "autocommit": True}
         conn = psycopg.connect(*cargs, **params)
         try:
