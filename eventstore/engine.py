@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from .codec import decode_many, encode_action, encode_metadata
@@ -50,6 +50,7 @@ from .errors import (
     SchemaError,
     SessionExists,
     SessionNotFound,
+    StorageError,
     VersionNotFound,
 )
 from .feed import FEED_CHUNK, FeedKey, Follower, FollowState, Pacer
@@ -434,68 +435,80 @@ class Engine:
                 f"session {row.id!r} has no version {start} to follow after (its head is {row.head})",
             )
         state = FollowState()
-        past = self._iter_history(
-            history_segments(lineage, row, start, None), {r.pk: r.id for r in lineage}, None, False
-        )
-        return Follower(self._follow(row, max(start, row.head), past, Pacer(idle, time.monotonic()), state), state)
-
-    def _follow(
-        self, row: SessionRow, last: int, past: Iterator[RecordedEvent], pacer: Pacer, state: FollowState
-    ) -> Iterator[RecordedEvent]:
-        for ev in past:
-            state.yielded(ev)
-            yield ev
-            pacer.saw_event(time.monotonic())
+        pacer = Pacer(idle, time.monotonic())
+        names = {r.pk: r.id for r in lineage}
+        past = self._iter_history(history_segments(lineage, row, start, None), names, None, False)
+        last = max(start, row.head)
         st = self.storage
-        watcher = st.watcher()
-        while True:
-            seen = watcher.generation()
+
+        def read() -> tuple[list[RecordedEvent], bool, bool]:
+            nonlocal last
             # A session's versions are written under its row lock, so version v + 1 is
             # never visible before v: reading on from the last version skips nothing.
             with st.read() as tx:
                 rows = st.read_events(tx, row.pk, after=last, upto=MAX_VERSION, limit=HISTORY_CHUNK)
-            for e in rows:
-                ev = recorded(e, row.id)
-                last = e.version
-                state.yielded(ev)
-                yield ev
-                pacer.saw_event(time.monotonic())
-            if len(rows) == HISTORY_CHUNK:
-                continue
-            state.reached_end()
-            wait = pacer.next_wait(time.monotonic(), pending=False)
-            if wait is None:
-                return
-            watcher.wait(seen, None if wait == float("inf") else wait)
+            if rows:
+                last = rows[-1].version
+            return [recorded(e, row.id) for e in rows], False, len(rows) == HISTORY_CHUNK
+
+        return Follower(self._live(past, read, pacer, state), state)
 
     def feed(self, *, after: Any = None, idle_timeout: Any = 1.0) -> Follower:
         """Every session's events in one resumable stream (see :meth:`eventstore.EventStore.feed`)."""
         key = self.validate.position(after, "after")
         idle = self.validate.timeout(idle_timeout)
-        state = FollowState()
-        return Follower(self._feed(key, Pacer(idle, time.monotonic()), state), state)
-
-    def _feed(self, key: FeedKey | None, pacer: Pacer, state: FollowState) -> Iterator[RecordedEvent]:
         st = self.storage
-        watcher = st.watcher()
-        while True:
-            seen = watcher.generation()
+
+        def read() -> tuple[list[RecordedEvent], bool, bool]:
+            nonlocal key
             with st.read() as tx:
                 barrier = st.feed_barrier(tx)
                 rows = st.read_feed(
                     tx, after=None if key is None else key.as_tuple(), below=barrier.below, limit=FEED_CHUNK
                 )
+            out = []
             for r in rows:
                 key = FeedKey(r.xact, r.event.session_pk, r.event.version)
-                ev = recorded(r.event, r.session_id, key.position())
+                out.append(recorded(r.event, r.session_id, key.position()))
+            return out, barrier.pending, len(rows) == FEED_CHUNK
+
+        state = FollowState()
+        return Follower(self._live(iter(()), read, Pacer(idle, time.monotonic()), state), state)
+
+    def _live(
+        self,
+        past: Iterator[RecordedEvent],
+        read: Callable[[], tuple[list[RecordedEvent], bool, bool]],
+        pacer: Pacer,
+        state: FollowState,
+    ) -> Iterator[RecordedEvent]:
+        """Hand out ``past``, then what ``read`` returns — ``(events, pending, full)`` —
+        waiting for the storage's change watcher between reads that reached the end."""
+        for ev in past:
+            state.yielded(ev)
+            yield ev
+            pacer.saw_event(time.monotonic())
+        watcher = self.storage.watcher()
+        while True:
+            seen = watcher.generation()
+            try:
+                batch, pending, full = read()
+            except StorageError as exc:
+                delay = pacer.failed(time.monotonic(), exc.retryable)
+                if delay is None:
+                    raise
+                time.sleep(delay)
+                continue
+            pacer.recovered()
+            for ev in batch:
                 state.yielded(ev)
                 yield ev
                 pacer.saw_event(time.monotonic())
-            if len(rows) == FEED_CHUNK:
+            if full:
                 continue
-            if not barrier.pending:
+            if not pending:
                 state.reached_end()
-            wait = pacer.next_wait(time.monotonic(), pending=barrier.pending)
+            wait = pacer.next_wait(time.monotonic(), pending=pending)
             if wait is None:
                 return
             watcher.wait(seen, None if wait == float("inf") else wait)

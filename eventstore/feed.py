@@ -51,6 +51,10 @@ FEED_CHUNK = 500
 #: transaction that may never notify (one that wrote no event).
 PENDING_POLL = 0.05
 
+#: The first and the longest delay between reads that failed with a retryable error.
+RETRY_FIRST = 0.1
+RETRY_MAX = 2.0
+
 _POSITION = re.compile(r"([0-9a-f]{16})\.([0-9a-f]{8})\.([0-9a-f]{8})")
 
 
@@ -99,6 +103,25 @@ class Pacer:
     def __init__(self, idle_timeout: float | None, now: float) -> None:
         self.idle_timeout = idle_timeout
         self.last_event = now
+        self._backoff = RETRY_FIRST
+
+    def failed(self, now: float, retryable: bool) -> float | None:
+        """A read failed: seconds to wait before reading again, or ``None`` to give up
+        (re-raise) — when the error is not retryable, or the idle timeout has passed.
+
+        A follower outlives a server restart: retryable failures (connection lost, server
+        starting) are retried with a growing delay for as long as it would have waited.
+        """
+        left = self.next_wait(now, pending=False)
+        if not retryable or left is None:
+            return None
+        wait = min(left, self._backoff)
+        self._backoff = min(self._backoff * 2, RETRY_MAX)
+        return wait
+
+    def recovered(self) -> None:
+        """A read succeeded (the retry delay starts small again)."""
+        self._backoff = RETRY_FIRST
 
     def saw_event(self, now: float) -> None:
         """An event was handed out at ``now`` (the idle clock restarts)."""

@@ -228,7 +228,7 @@ class SQLiteStorage(SqlStorage):
     def _new_xact(self) -> Any:
         # Writers take turns (BEGIN IMMEDIATE), so one more than any number handed out —
         # including the deleted ones feed_clock remembers — grows in commit order.
-        zero = literal_column("0")
+        zero: Any = literal_column("0")
         newest = select(func.max(events.c.xact)).scalar_subquery()
         deleted = select(feed_clock.c.xact).where(feed_clock.c.id == literal_column("1")).scalar_subquery()
         return func.max(func.coalesce(newest, zero), func.coalesce(deleted, zero)) + literal_column("1")
