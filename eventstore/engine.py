@@ -451,7 +451,7 @@ class Engine:
                 last = rows[-1].version
             return [recorded(e, row.id) for e in rows], False, len(rows) == HISTORY_CHUNK
 
-        return Follower(self._live(past, read, pacer, state), state)
+        return Follower(self._live(past, read, pacer, state), state, self.storage.watcher().wake)
 
     def feed(self, *, after: Any = None, idle_timeout: Any = 1.0) -> Follower:
         """Every session's events in one resumable stream (see :meth:`eventstore.EventStore.feed`)."""
@@ -473,7 +473,9 @@ class Engine:
             return out, barrier.pending, len(rows) == FEED_CHUNK
 
         state = FollowState()
-        return Follower(self._live(iter(()), read, Pacer(idle, time.monotonic()), state), state)
+        return Follower(
+            self._live(iter(()), read, Pacer(idle, time.monotonic()), state), state, self.storage.watcher().wake
+        )
 
     def _live(
         self,
@@ -485,11 +487,13 @@ class Engine:
         """Hand out ``past``, then what ``read`` returns — ``(events, pending, full)`` —
         waiting for the storage's change watcher between reads that reached the end."""
         for ev in past:
+            if state.closed:
+                return
             state.yielded(ev)
             yield ev
             pacer.saw_event(time.monotonic())
         watcher = self.storage.watcher()
-        while True:
+        while not state.closed:
             seen = watcher.generation()
             try:
                 batch, pending, full = read()
@@ -501,6 +505,8 @@ class Engine:
                 continue
             pacer.recovered()
             for ev in batch:
+                if state.closed:
+                    return
                 state.yielded(ev)
                 yield ev
                 pacer.saw_event(time.monotonic())

@@ -154,6 +154,7 @@ class FollowState:
         self.position: str | None = None
         self.version: int | None = None
         self.caught_up = False
+        self.closed = False
         self._last_recorded: float | None = None
 
     def yielded(self, event: RecordedEvent) -> None:
@@ -191,9 +192,12 @@ class Follower(Iterator[RecordedEvent]):
         version: the version of the last event handed out.
     """
 
-    def __init__(self, events: Iterator[RecordedEvent], state: FollowState) -> None:
+    def __init__(
+        self, events: Iterator[RecordedEvent], state: FollowState, wake: Callable[[], None] = lambda: None
+    ) -> None:
         self._events = events
         self._state = state
+        self._wake = wake
 
     def __iter__(self) -> Follower:
         return self
@@ -218,10 +222,19 @@ class Follower(Iterator[RecordedEvent]):
         return self._state.version
 
     def close(self) -> None:
-        """Stop following (the iterator ends; nothing stays open)."""
+        """Stop following: the iterator ends and nothing stays open.
+
+        Safe to call from another thread while one is blocked waiting for the next event:
+        that thread wakes up and its loop ends (``StopIteration``).
+        """
+        self._state.closed = True
+        self._wake()
         close = getattr(self._events, "close", None)
         if close is not None:
-            close()
+            try:
+                close()
+            except ValueError:  # running in another thread: it sees `closed` and stops
+                pass
 
     def __enter__(self) -> Follower:
         return self

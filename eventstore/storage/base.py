@@ -319,6 +319,10 @@ class ChangeWatcher(ABC):
         (``None``: no limit); return the current generation."""
 
     @abstractmethod
+    def wake(self) -> None:
+        """Wake every reader now (a follower being closed from another thread)."""
+
+    @abstractmethod
     def close(self) -> None:
         """Stop watching and release the connection."""
 

@@ -49,7 +49,7 @@ class ThreadWatcher(ChangeWatcher):
         fallback_poll: while the connection is down, :meth:`wait` returns this often.
     """
 
-    def __init__(self, probe: Probe, *, name: str, interval: float = 0.5, fallback_poll: float = 0.25) -> None:
+    def __init__(self, probe: Probe, *, name: str, interval: float = 0.2, fallback_poll: float = 0.25) -> None:
         self._probe = probe
         self._name = name
         self._interval = interval
@@ -126,6 +126,9 @@ class ThreadWatcher(ChangeWatcher):
                     break
                 self._cond.wait(left)
             return self._gen
+
+    def wake(self) -> None:
+        self._bump()
 
     def close(self) -> None:
         self._stop.set()

@@ -1,0 +1,388 @@
+"""Live follow and the global feed: exactly once, in order, never past an open transaction.
+
+What must hold, on both backends:
+
+- ``follow`` yields a session's events after a version in order, then each new one once,
+  and stops after ``idle_timeout`` without one;
+- ``feed`` yields every stored event exactly once under 8 concurrent writers (some of them
+  sharing sessions), each session's in version order, and resumes right after a stored
+  position — also after a compaction deleted the event the position names;
+- the gap case: a writer's transaction that took its id first and commits last. The feed
+  must not move past it while it is open, and must deliver its event when it commits
+  (PostgreSQL: forced with a raw transaction held open; SQLite: a write transaction held
+  open, which blocks the others);
+- PostgreSQL: a follower survives a server restart in the middle of the writes.
+
+No test sleeps and hopes: consumers stop when they have what the database holds, and
+``idle_timeout`` only bounds how long a broken build would wait.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections import defaultdict
+from typing import Any
+
+import psycopg
+import pytest
+from sqlalchemy import Engine, create_engine, text
+
+from conftest import make_store
+from eventstore import EventStore, Follower, InvalidEvent, RecordedEvent, SessionNotFound, VersionNotFound
+from eventstore.errors import StorageError
+from test_restart import PrivateCluster
+
+SAFETY = 60.0  # only bounds a broken build's wait; never reached when things work
+
+
+def _send(i: int) -> dict[str, Any]:
+    return {"type": "send", "id": f"u-{i}", "text": f"message {i}"}
+
+
+def _stored(engine: Engine) -> list[tuple[str, int]]:
+    """Every (session, version) the events table holds."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT s.id, e.version FROM events e JOIN sessions s ON s.pk = e.session_pk")
+        ).all()
+    return sorted((str(a), int(b)) for a, b in rows)
+
+
+def _check_feed(got: list[RecordedEvent], stored: list[tuple[str, int]]) -> None:
+    """Exactly the stored set, no duplicates, each session in version order, positions rising."""
+    keys = [(e.session_id, e.version) for e in got]
+    assert len(keys) == len(set(keys)), "an event was yielded twice"
+    assert sorted(keys) == stored
+    per: dict[str, list[int]] = defaultdict(list)
+    for s, v in keys:
+        per[s].append(v)
+    for s, versions in per.items():
+        assert versions == sorted(versions), f"session {s} out of order: {versions}"
+    positions = [e.position for e in got]
+    assert all(p is not None for p in positions)
+    assert positions == sorted(positions)  # type: ignore[type-var]
+
+
+class Consumer:
+    """Reads a follower in a thread until it has ``want`` events (or the follower ends)."""
+
+    def __init__(self, follower: Follower) -> None:
+        self.follower = follower
+        self.got: list[RecordedEvent] = []
+        self.want: int | None = None
+        self.errors: list[BaseException] = []
+        self._more = threading.Condition()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            for ev in self.follower:
+                with self._more:
+                    self.got.append(ev)
+                    self._more.notify_all()
+                    if self.want is not None and len(self.got) >= self.want:
+                        break
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            self.errors.append(exc)
+        finally:
+            with self._more:
+                self._more.notify_all()
+
+    def wait_for(self, n: int) -> list[RecordedEvent]:
+        """Block until ``n`` events arrived; stop reading there."""
+        with self._more:
+            self.want = n
+            self._more.wait_for(lambda: len(self.got) >= n or not self.thread.is_alive(), timeout=SAFETY)
+        self.follower.close()  # from this thread: the reader wakes up and stops
+        self.thread.join(SAFETY)
+        assert not self.thread.is_alive()
+        assert not self.errors, self.errors
+        return list(self.got)
+
+
+def _writers(
+    store: EventStore, n: int, batches: int, *, retry: bool = False, tag: str = "w"
+) -> list[threading.Thread]:
+    """``n`` writers: each appends ``batches`` batches of 1-3 events alternately to its own
+    session and to one of two shared sessions (retrying retryable errors with the same ids)."""
+    failures: list[BaseException] = []
+
+    def write(w: int) -> None:
+        try:
+            for b in range(batches):
+                session = f"own-{w}" if b % 2 == 0 else f"shared-{w % 2}"
+                size = 1 + (w + b) % 3
+                ids = [f"{tag}{w}-b{b}-{k}" for k in range(size)]
+                while True:
+                    try:
+                        store.append(session, [_send(k) for k in range(size)], event_ids=ids)
+                        break
+                    except StorageError as exc:
+                        if not (retry and exc.retryable):
+                            raise
+                        threading.Event().wait(0.05)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            failures.append(exc)
+
+    threads = [threading.Thread(target=write, args=(w,), daemon=True) for w in range(n)]
+    for t in threads:
+        t.start()
+    threads.append(threading.Thread(target=lambda: None))  # a carrier for the failures
+    threads[-1].failures = failures  # type: ignore[attr-defined]
+    return threads
+
+
+def _join(threads: list[threading.Thread]) -> None:
+    for t in threads[:-1]:
+        t.join(SAFETY)
+        assert not t.is_alive()
+    assert not threads[-1].failures, threads[-1].failures  # type: ignore[attr-defined]
+
+
+# -- follow ---------------------------------------------------------------------------------
+
+
+def test_follow_yields_the_past_then_each_new_event_once(store: EventStore) -> None:
+    store.append("s1", [_send(i) for i in range(3)])
+    follower = store.follow("s1", after=1, idle_timeout=SAFETY)
+    consumer = Consumer(follower)
+    for i in range(3, 9):
+        store.append("s1", [_send(i)])
+    got = consumer.wait_for(8)
+    assert [e.version for e in got] == list(range(2, 10))
+    assert all(e.session_id == "s1" and e.position is None for e in got)
+    assert follower.version == 9 and follower.position is None
+
+
+def test_follow_stops_after_the_idle_timeout_and_reports_no_lag_when_caught_up(store: EventStore) -> None:
+    store.append("s1", [_send(0), _send(1)])
+    follower = store.follow("s1", idle_timeout=0)
+    assert [e.version for e in follower] == [1, 2]
+    assert follower.caught_up and follower.lag == 0.0
+    assert list(store.follow("s1", after=2, idle_timeout=0)) == []
+
+
+def test_follow_of_a_branch_includes_its_inherited_prefix(store: EventStore) -> None:
+    store.append("p", [_send(i) for i in range(4)])
+    store.branch("p", at=2, new_id="b")
+    store.append("b", [{"type": "stop"}])
+    store.append("p", [{"type": "stop"}])  # the parent's later events are not the branch's
+    got = [(e.session_id, e.version) for e in store.follow("b", idle_timeout=0)]
+    assert got == [("p", 1), ("p", 2), ("b", 3)]
+
+
+def test_follow_and_feed_refuse_bad_arguments(store: EventStore) -> None:
+    store.append("s1", [_send(0)])
+    with pytest.raises(SessionNotFound):
+        store.follow("nope")
+    with pytest.raises(VersionNotFound):
+        store.follow("s1", after=2)
+    for bad in (-1, "1", 1.5, True):
+        with pytest.raises(InvalidEvent):
+            store.follow("s1", after=bad)  # type: ignore[arg-type]
+    for bad_timeout in (-1, "1", True, float("nan"), float("inf")):
+        with pytest.raises(InvalidEvent):
+            store.follow("s1", idle_timeout=bad_timeout)  # type: ignore[arg-type]
+        with pytest.raises(InvalidEvent):
+            store.feed(idle_timeout=bad_timeout)  # type: ignore[arg-type]
+    for bad_position in ("", "12", "0000000000000001.00000001", "zz" * 17, 5, b"x"):
+        with pytest.raises(InvalidEvent):
+            store.feed(after=bad_position)  # type: ignore[arg-type]
+
+
+# -- feed -----------------------------------------------------------------------------------
+
+
+def test_feed_under_8_concurrent_writers_is_exact_and_in_session_order(
+    store: EventStore, raw_engine: Engine
+) -> None:
+    feed = Consumer(store.feed(idle_timeout=SAFETY))
+    store.append("shared-0", [_send(0)])
+    follow = Consumer(store.follow("shared-0", idle_timeout=SAFETY))
+    threads = _writers(store, 8, 12)
+    _join(threads)
+    stored = _stored(raw_engine)
+    _check_feed(feed.wait_for(len(stored)), stored)
+    head = store.head("shared-0")
+    assert [e.version for e in follow.wait_for(head)] == list(range(1, head + 1))
+    # A second reader from the start agrees, and so does one resumed from the middle.
+    again = list(store.feed(idle_timeout=0))
+    assert [e.position for e in again] == [e.position for e in feed.got]
+    middle = again[len(again) // 2].position
+    assert list(store.feed(after=middle, idle_timeout=0)) == again[len(again) // 2 + 1 :]
+
+
+def test_feed_resumes_from_a_stored_position_in_a_new_store(db_url: str) -> None:
+    with make_store(db_url) as first:
+        first.append("a", [_send(0), _send(1)])
+        first.append("b", [_send(0)])
+        seen = list(first.feed(idle_timeout=0))
+        position = seen[-1].position
+    with EventStore(db_url) as second:
+        second.append("a", [_send(2)])
+        rest = list(second.feed(after=position, idle_timeout=0))
+    assert [(e.session_id, e.version) for e in rest] == [("a", 3)]
+    assert rest[0].position is not None and rest[0].position > position  # type: ignore[operator]
+
+
+def test_a_position_naming_a_compacted_event_still_resumes_right_after_it(store: EventStore) -> None:
+    store.append("a", [_send(0), _send(1), _send(2)])
+    position = list(store.feed(idle_timeout=0))[-1].position
+    store.compact("a", upto=3)  # deletes every event of the store, the newest included
+    store.append("b", [_send(0)])
+    got = list(store.feed(after=position, idle_timeout=0))
+    assert [(e.session_id, e.version) for e in got] == [("b", 1)]
+    # From the start, the compacted events are simply not there.
+    assert [(e.session_id, e.version) for e in store.feed(idle_timeout=0)] == [("b", 1)]
+
+
+def test_imported_sessions_appear_in_the_feed(store: EventStore, tmp_path: Any) -> None:
+    path = tmp_path / "a.jsonl"
+    with make_store(f"sqlite:///{tmp_path / 'source.db'}") as source:
+        source.append("a", [_send(0), _send(1)])
+        source.export("a", path)
+    store.append("z", [_send(0)])
+    position = list(store.feed(idle_timeout=0))[-1].position
+    store.import_(path.read_text().splitlines())
+    got = [(e.session_id, e.version) for e in store.feed(after=position, idle_timeout=0)]
+    assert got == [("a", 1), ("a", 2)]
+
+
+def test_events_recorded_before_the_feed_revision_come_first_in_session_order(
+    db_url: str, raw_engine: Engine
+) -> None:
+    from alembic import command
+
+    from eventstore.storage.migrate import alembic_config
+
+    with make_store(db_url) as store:
+        store.append("b", [_send(0), _send(1)])
+        store.append("a", [_send(0)])
+        store.append("b", [_send(2)])
+    with raw_engine.begin() as conn:
+        command.downgrade(alembic_config(conn), "0002")
+    with make_store(db_url) as store:  # upgrade again: the backfill
+        store.append("c", [_send(0)])
+        got = [(e.session_id, e.version) for e in store.feed(idle_timeout=0)]
+    assert got[-1] == ("c", 1)
+    assert sorted(got[:-1]) == [("a", 1), ("b", 1), ("b", 2), ("b", 3)]
+    assert [v for s, v in got if s == "b"] == [1, 2, 3]
+
+
+# -- the gap case ----------------------------------------------------------------------------
+
+
+def _hold_oldest_transaction(dsn: str) -> tuple[psycopg.Connection[Any], int]:
+    """Open a transaction that takes its id now, before anyone else's, and hold it.
+
+    Returns the connection (its transaction open) and the transaction id.
+    """
+    conn = psycopg.connect(dsn)
+    xid = int(conn.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()[0])  # type: ignore[index]
+    return conn, xid
+
+
+def _raw_insert(conn: psycopg.Connection[Any], session: str, version: int) -> None:
+    """Insert one event the way any writer would (the column default gives its xact)."""
+    conn.execute(
+        "INSERT INTO events (session_pk, version, type, turn, payload, recorded_at, hash) "
+        "SELECT pk, %s, 'stop', 0, '{\"type\":\"stop\"}'::bytea, 0, '\\x00'::bytea FROM sessions WHERE id = %s",
+        (version, session),
+    )
+    conn.execute("UPDATE sessions SET head = %s WHERE id = %s", (version, session))
+
+
+def _pg_dsn(url: str) -> str:
+    return url.replace("postgresql+psycopg://", "postgresql://", 1)
+
+
+def test_postgresql_gap_a_held_transaction_holds_the_feed_and_is_delivered_across_a_restart() -> None:
+    cluster = PrivateCluster()
+    try:
+        url = cluster.url()
+        store = make_store(url)
+        raw = create_engine(url)
+        try:
+            store.append("held", [_send(0)])
+            feed = Consumer(store.feed(idle_timeout=SAFETY))
+
+            # Phase 1: writers with a server restart in the middle; the feed follows across it.
+            threads = _writers(store, 8, 6, retry=True)
+            cluster.restart()
+            _join(threads)
+            _join(_writers(store, 8, 2, retry=True, tag="after-restart"))
+            before = _stored(raw)
+            _check_feed(feed.wait_for(len(before)), before)
+            position = feed.got[-1].position
+
+            # Phase 2: the gap. `held` takes the oldest transaction id and stays open while
+            # eight writers commit with later ids.
+            conn, xid = _hold_oldest_transaction(_pg_dsn(url))
+            try:
+                _join(_writers(store, 8, 4, tag="gap"))
+                assert len(_stored(raw)) > len(before)
+                late = list(store.feed(after=position, idle_timeout=0))
+                assert late == []  # every one of them waits behind the held transaction
+                probe = store.feed(after=position, idle_timeout=0)
+                assert list(probe) == [] and not probe.caught_up  # committed events are pending
+                _raw_insert(conn, "held", 2)
+                conn.commit()
+            finally:
+                conn.close()
+            after = list(store.feed(after=position, idle_timeout=0))
+            stored = _stored(raw)
+            _check_feed(feed.got + after, stored)
+            held = [e for e in after if e.session_id == "held"]
+            assert [e.version for e in held] == [2]
+            assert int(held[0].position.split(".")[0], 16) == xid  # type: ignore[union-attr]
+            assert after[0] == held[0]  # the oldest transaction comes first
+        finally:
+            store.close()
+            raw.dispose()
+    finally:
+        cluster.close()
+
+
+def test_sqlite_gap_a_held_write_transaction_is_delivered_when_it_commits(tmp_path: Any) -> None:
+    path = tmp_path / "events.db"
+    with make_store(f"sqlite:///{path}") as store:
+        store.append("a", [_send(0)])
+        position = list(store.feed(idle_timeout=0))[-1].position
+        follower = Consumer(store.feed(after=position, idle_timeout=SAFETY))
+        conn = sqlite3.connect(path, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(
+                "INSERT INTO events (session_pk, version, type, turn, payload, recorded_at, hash, xact) "
+                "SELECT pk, 2, 'stop', 0, x'7b7d', 0, x'00', (SELECT max(xact) + 1 FROM events) "
+                "FROM sessions WHERE id = 'a'"
+            )
+            assert list(store.feed(after=position, idle_timeout=0)) == []  # not committed yet
+            conn.execute("UPDATE sessions SET head = 2 WHERE id = 'a'")
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+        store.append("b", [_send(0)])
+        got = follower.wait_for(2)
+        assert [(e.session_id, e.version) for e in got] == [("a", 2), ("b", 1)]
+
+
+def test_follow_reaches_a_new_event_through_the_watcher(store: EventStore) -> None:
+    """The wake-up path: a follower blocked with no timeout gets the next commit."""
+    store.append("s1", [_send(0)])
+    follower = store.follow("s1", after=1, idle_timeout=None)
+    consumer = Consumer(follower)
+    store.append("s1", [_send(1)])
+    assert [e.version for e in consumer.wait_for(1)] == [2]
+    follower.close()
+
+
+def test_recorded_event_json_has_a_position_only_from_the_feed(store: EventStore) -> None:
+    store.append("s1", [_send(0)])
+    [from_history] = list(store.history("s1"))
+    [from_feed] = list(store.feed(idle_timeout=0))
+    assert "position" not in from_history.to_json()
+    assert from_feed.to_json()["position"] == from_feed.position
+    assert {k: v for k, v in from_feed.to_json().items() if k != "position"} == from_history.to_json()
