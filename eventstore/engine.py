@@ -515,7 +515,9 @@ class Engine:
             if not pending:
                 state.reached_end()
             wait = pacer.next_wait(time.monotonic(), pending=pending)
-            if wait is None:
+            if wait is None or state.closed:
+                # `closed` is set before the wake-up: seen here as false, the wake-up is
+                # still to come and moves the generation past `seen`.
                 return
             watcher.wait(seen, None if wait == float("inf") else wait)
 

@@ -19,9 +19,14 @@ No test sleeps and hopes: consumers stop when they have what the database holds,
 
 from __future__ import annotations
 
+import json
+import signal
 import sqlite3
+import subprocess
+import sys
 import threading
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -386,3 +391,78 @@ def test_recorded_event_json_has_a_position_only_from_the_feed(store: EventStore
     assert "position" not in from_history.to_json()
     assert from_feed.to_json()["position"] == from_feed.position
     assert {k: v for k, v in from_feed.to_json().items() if k != "position"} == from_history.to_json()
+
+
+# -- the CLI: tail and feed, as real processes ----------------------------------------------
+
+EXE = str(Path(sys.executable).parent / "eventstore")
+
+
+def _cli(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [EXE, "--db", db_url, *args], capture_output=True, text=True, timeout=SAFETY, stdin=subprocess.DEVNULL
+    )
+
+
+def _started(db_url: str, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [EXE, "--db", db_url, *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _finished(p: subprocess.Popen[str]) -> tuple[int, str]:
+    _, err = p.communicate(timeout=SAFETY)
+    return p.returncode, err
+
+
+def test_cli_tail_prints_lines_and_json_lines_with_control_characters_escaped(store: EventStore, db_url: str) -> None:
+    store.append("ada@example.com", [{"type": "send", "id": "u-1", "text": "hi \x1b[2J\u202e"}, {"type": "stop"}])
+    human = _cli(db_url, "tail", "ada@example.com")
+    assert human.returncode == 0, human.stderr
+    lines = human.stdout.splitlines()
+    assert len(lines) == 2 and "ada@example.com@1" in lines[0] and "ada@example.com@2" in lines[1]
+    assert "\x1b" not in human.stdout and "\u202e" not in human.stdout
+    assert "\\x1b" in lines[0]
+    as_json = _cli(db_url, "tail", "ada@example.com", "--after", "1", "--json")
+    docs = [json.loads(line) for line in as_json.stdout.splitlines()]
+    assert [(d["session"], d["version"], d["type"]) for d in docs] == [("ada@example.com", 2, "stop")]
+
+
+def test_cli_feed_resumes_after_a_printed_position(store: EventStore, db_url: str) -> None:
+    store.append("a", [_send(0)])
+    store.append("b", [_send(0), _send(1)])
+    first = [json.loads(line) for line in _cli(db_url, "feed", "--json").stdout.splitlines()]
+    assert [(d["session"], d["version"]) for d in first] == [("a", 1), ("b", 1), ("b", 2)]
+    rest = _cli(db_url, "feed", "--after", first[0]["position"])
+    assert [line.split()[0] for line in rest.stdout.splitlines()] == [d["position"] for d in first[1:]]
+    bad = _cli(db_url, "feed", "--after", "nonsense")
+    assert bad.returncode == 1 and bad.stderr.startswith("error: ") and "Traceback" not in bad.stderr
+
+
+def test_cli_tail_follow_prints_new_events_and_stops_cleanly_on_ctrl_c(store: EventStore, db_url: str) -> None:
+    store.append("s1", [_send(0)])
+    p = _started(db_url, "tail", "s1", "--follow", "--json")
+    assert p.stdout is not None
+    assert json.loads(p.stdout.readline())["version"] == 1
+    store.append("s1", [_send(1)])
+    assert json.loads(p.stdout.readline())["version"] == 2  # arrives while it follows
+    p.send_signal(signal.SIGINT)
+    code, err = _finished(p)
+    assert code == 0 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("command", [["tail", "s1", "--follow"], ["feed", "--follow"]])
+def test_cli_follow_exits_0_when_its_reader_goes_away(store: EventStore, db_url: str, command: list[str]) -> None:
+    """`eventstore tail s1 --follow | head -1`: the reader leaves while the follower waits
+    for a commit that never comes; the process must notice and end quietly."""
+    store.append("s1", [_send(0), _send(1)])
+    p = _started(db_url, *command)
+    assert p.stdout is not None
+    assert "s1@1" in p.stdout.readline()
+    p.stdout.close()  # what `head -1` does after its line
+    code, err = _finished(p)
+    assert code == 0 and err == ""

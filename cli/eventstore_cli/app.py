@@ -13,7 +13,11 @@ import io
 import json
 import os
 import re
+import select
+import stat
 import sys
+import threading
+import unicodedata
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -680,6 +684,113 @@ def report(
     finally:
         tmp.unlink(missing_ok=True)
     typer.echo(f"wrote the report of {ref if other is None else f'{ref} against {against}'} to {output}", err=True)
+
+
+def _terminal_safe(text: str) -> str:
+    """``text`` with control and format characters escaped (``\\x1b``, ``\\u202e``), so text
+    read from the log can never drive the terminal."""
+    return "".join(
+        ch if ch == " " or (ch.isprintable() and unicodedata.category(ch)[0] != "C")
+        else ch.encode("unicode_escape").decode("ascii")
+        for ch in text
+    )
+
+
+def _event_line(e: Any, with_position: bool) -> str:
+    """One event as one human line: [position] when, session@version, type, actor, summary."""
+    where = f"{e.position}  " if with_position else ""
+    actor = f"  {e.actor}" if e.actor else ""
+    line = (
+        f"{where}{render.short_time(e.recorded_at)}  {e.session_id}@{e.version}  {e.type}{actor}  "
+        f"{render.action_summary(e.action)}"
+    )
+    return _terminal_safe(line)
+
+
+def _close_when_reader_leaves(events: Any) -> None:
+    """When stdout is a pipe, close ``events`` as soon as its reader goes away — also while
+    the follower waits for a new event and has nothing to write (``tail --follow | head -1``
+    would otherwise wait for the next commit to notice)."""
+    try:
+        fd = sys.stdout.fileno()
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return
+    except (OSError, ValueError, io.UnsupportedOperation):
+        return
+
+    def watch() -> None:
+        p = select.poll()
+        p.register(fd, 0)  # POLLERR / POLLHUP are always reported: the read end closed
+        p.poll()
+        closing = getattr(events, "close", None)
+        if closing is not None:
+            closing()
+
+    threading.Thread(target=watch, name="eventstore-stdout-watch", daemon=True).start()
+
+
+def _stream_events(events: Iterator[Any], as_json: bool, with_position: bool) -> None:
+    """Print events as they come, one line each (JSON Lines with ``--json``), flushed at
+    once. Ctrl-C and a reader that went away (``| head -1``) end it quietly with exit 0."""
+    _close_when_reader_leaves(events)
+    try:
+        for e in events:
+            if as_json:
+                line = json.dumps(e.to_json(), ensure_ascii=False, default=str)
+            else:
+                line = _event_line(e, with_position)
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+    except KeyboardInterrupt:
+        raise typer.Exit(0) from None
+    except BrokenPipeError:
+        # Python flushes stdout again at exit: point it at /dev/null so that flush is quiet.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        raise typer.Exit(0) from None
+    finally:
+        close = getattr(events, "close", None)
+        if close is not None:
+            close()
+
+
+@app.command()
+@cli_errors
+def tail(
+    ctx: typer.Context,
+    session: str = typer.Argument(..., help="The session to show (a branch includes its inherited prefix)."),
+    after: int = typer.Option(0, "--after", min=0, help="Only events after this version."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new events as they are committed."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object per line (JSON Lines)."),
+) -> None:
+    """Print a session's events after a version, one line each; with --follow, keep
+    printing each new event as soon as it is committed (Ctrl-C to stop).
+
+    Example: eventstore tail s1 --after 40 --follow --json | jq .type
+    """
+    with open_store(ctx) as store:
+        _stream_events(store.follow(session, after=after, idle_timeout=None if follow else 0), as_json, False)
+
+
+@app.command("feed")
+@cli_errors
+def feed_cmd(
+    ctx: typer.Context,
+    after: str | None = typer.Option(
+        None, "--after", metavar="POSITION", help="Resume right after this position (from an earlier line)."
+    ),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new events as they are committed."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object per line (JSON Lines)."),
+) -> None:
+    """Print the events of every session in feed order, each with its position; with
+    --follow, keep printing new ones as they are committed (Ctrl-C to stop).
+
+    Store the position of the last line handled and pass it to --after to resume exactly
+    after it: no event is skipped or repeated, and each session's events come in version
+    order.
+    """
+    with open_store(ctx) as store:
+        _stream_events(store.feed(after=after, idle_timeout=None if follow else 0), as_json, True)
 
 
 def main() -> None:
