@@ -53,7 +53,7 @@ from .errors import (
     StorageError,
     VersionNotFound,
 )
-from .feed import FEED_CHUNK, FeedKey, Follower, FollowState, Pacer
+from .feed import FEED_CHUNK, FeedKey, Follower, FollowState, Pacer, position
 from .models import check_json, parse_actions
 from .planning import (
     AppendPlanner,
@@ -462,15 +462,18 @@ class Engine:
         def read() -> tuple[list[RecordedEvent], bool, bool]:
             nonlocal key
             with st.read() as tx:
-                barrier = st.feed_barrier(tx)
-                rows = st.read_feed(
-                    tx, after=None if key is None else key.as_tuple(), below=barrier.below, limit=FEED_CHUNK
-                )
-            out = []
-            for r in rows:
-                key = FeedKey(r.xact, r.event.session_pk, r.event.version)
-                out.append(recorded(r.event, r.session_id, key.position()))
-            return out, barrier.pending, len(rows) == FEED_CHUNK
+                rows = st.read_feed(tx, after=None if key is None else key.as_tuple(), limit=FEED_CHUNK)
+                full = len(rows) == FEED_CHUNK
+                # At the end: are committed events waiting behind an older open transaction?
+                pending = not full and st.feed_barrier(tx).pending
+            out = [
+                recorded(r.event, r.session_id, position(r.xact, r.event.session_pk, r.event.version))
+                for r in rows
+            ]
+            if rows:
+                last = rows[-1]
+                key = FeedKey(last.xact, last.event.session_pk, last.event.version)
+            return out, pending, full
 
         state = FollowState()
         return Follower(
@@ -491,7 +494,8 @@ class Engine:
                 return
             state.yielded(ev)
             yield ev
-            pacer.saw_event(time.monotonic())
+        # The idle clock only runs while waiting: it restarts when a batch is handed out.
+        pacer.saw_event(time.monotonic())
         watcher = self.storage.watcher()
         while not state.closed:
             seen = watcher.generation()
@@ -509,6 +513,7 @@ class Engine:
                     return
                 state.yielded(ev)
                 yield ev
+            if batch:
                 pacer.saw_event(time.monotonic())
             if full:
                 continue

@@ -30,6 +30,7 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from .errors import InvalidEvent
@@ -38,6 +39,7 @@ from .records import RecordedEvent
 __all__ = [
     "FeedKey",
     "parse_position",
+    "position",
     "Pacer",
     "FollowState",
     "Follower",
@@ -68,11 +70,16 @@ class FeedKey:
 
     def position(self) -> str:
         """The opaque position string of this key."""
-        return f"{self.xact:016x}.{self.session_pk:08x}.{self.version:08x}"
+        return position(self.xact, self.session_pk, self.version)
 
     def as_tuple(self) -> tuple[int, int, int]:
         """``(xact, session_pk, version)``, as storage takes it."""
         return (self.xact, self.session_pk, self.version)
+
+
+def position(xact: int, session_pk: int, version: int) -> str:
+    """The position string of the key ``(xact, session_pk, version)``."""
+    return f"{xact:016x}.{session_pk:08x}.{version:08x}"
 
 
 def parse_position(value: Any, what: str = "after") -> FeedKey | None:
@@ -155,7 +162,7 @@ class FollowState:
         self.version: int | None = None
         self.caught_up = False
         self.closed = False
-        self._last_recorded: float | None = None
+        self._last_recorded: datetime | None = None
 
     def yielded(self, event: RecordedEvent) -> None:
         """``event`` is being handed out."""
@@ -163,7 +170,7 @@ class FollowState:
         self.version = event.version
         if event.position is not None:
             self.position = event.position
-        self._last_recorded = event.recorded_at.timestamp()
+        self._last_recorded = event.recorded_at
 
     def reached_end(self) -> None:
         """The last read found nothing newer: the follower is caught up."""
@@ -175,7 +182,7 @@ class FollowState:
         follower is still behind; ``0.0`` once a read found nothing newer."""
         if self.caught_up or self._last_recorded is None:
             return 0.0
-        return max(0.0, self._clock() - self._last_recorded)
+        return max(0.0, self._clock() - self._last_recorded.timestamp())
 
 
 class Follower(Iterator[RecordedEvent]):

@@ -679,14 +679,15 @@ class Storage(ABC):
         """How far the feed may read now (see :class:`FeedBarrier`)."""
 
     @abstractmethod
-    def read_feed(
-        self, tx: Tx, *, after: tuple[int, int, int] | None, below: int | None, limit: int
-    ) -> list[FeedRow]:
-        """Events in feed order after the key ``(xact, session_pk, version)``.
+    def read_feed(self, tx: Tx, *, after: tuple[int, int, int] | None, limit: int) -> list[FeedRow]:
+        """Final events in feed order after the key ``(xact, session_pk, version)``.
+
+        "Final": no event can ever be added before them (PostgreSQL: ``xact`` below the
+        oldest transaction running when the statement's snapshot was taken; SQLite: every
+        committed event).
 
         Args:
             after: the key of the last event read (``None``: from the start).
-            below: only rows with ``xact < below`` (``None``: no bound).
             limit: at most this many rows.
         """
 

@@ -277,11 +277,15 @@ def _is_config_error(exc: BaseException) -> bool:
     return any(phrase in text for phrase in _CONFIG_ERRORS)
 
 
+def _snapshot_xmin() -> Any:
+    """The oldest transaction id still running in the statement's snapshot: every row
+    below it is committed for good, and no row can be added below it any more."""
+    return cast(cast(func.pg_snapshot_xmin(func.pg_current_snapshot()), Text), BigInteger)
+
+
 def _feed_barrier() -> Any:
-    """The oldest running transaction id (every row below it is committed for good), and
-    whether committed rows wait at or above it — in one snapshot."""
-    xmin = cast(cast(func.pg_snapshot_xmin(func.pg_current_snapshot()), Text), BigInteger)
-    b = select(xmin.label("x")).subquery("b")
+    """The barrier, and whether committed rows wait at or above it — in one snapshot."""
+    b = select(_snapshot_xmin().label("x")).subquery("b")
     return select(b.c.x, exists().where(events.c.xact >= b.c.x))
 
 
@@ -503,6 +507,10 @@ class PostgresStorage(SqlStorage):
             .scalar_subquery()
         )
         return func.greatest(literal_column(FEED_XACT), earlier)
+
+    def _feed_bound(self) -> Any:
+        # In the page's own statement, so the rows and the barrier share one snapshot.
+        return select(_snapshot_xmin()).scalar_subquery()
 
     def feed_barrier(self, tx: Tx) -> FeedBarrier:
         r = self._fetchone(tx, self._q_feed_barrier, {})

@@ -64,7 +64,7 @@ from .schema import (
     tombstones,
 )
 
-__all__ = ["ErrorKind", "SqlStorage", "Compiled", "mask_url", "insert_events_stmt"]
+__all__ = ["ErrorKind", "SqlStorage", "Compiled", "mask_url", "insert_events_stmt", "read_feed_stmt"]
 
 # SQLite's default limit is 32766 bound parameters; stay far below it.
 _CHUNK = 500
@@ -152,15 +152,19 @@ _FEED_AFTER = and_(
         and_(events.c.session_pk == _P("s"), events.c.version > _P("v")),
     ),
 )
-_FEED = (
-    select(*_EVENT_COLS, events.c.xact, sessions.c.id)
-    .join(sessions, sessions.c.pk == events.c.session_pk)
-    .where(_FEED_AFTER)
-    .order_by(events.c.xact, events.c.session_pk, events.c.version)
-    .limit(_P("lim"))
-)
-S_READ_FEED = _FEED
-S_READ_FEED_BELOW = _FEED.where(events.c.xact < _P("below"))
+
+
+def read_feed_stmt(bound: Any) -> Any:
+    """The feed's page after a key; ``bound`` (a SQL expression, or ``None``) is the
+    dialect's upper limit on ``xact`` below which rows are final."""
+    stmt = (
+        select(*_EVENT_COLS, events.c.xact, sessions.c.id)
+        .join(sessions, sessions.c.pk == events.c.session_pk)
+        .where(_FEED_AFTER)
+        .order_by(events.c.xact, events.c.session_pk, events.c.version)
+        .limit(_P("lim"))
+    )
+    return stmt if bound is None else stmt.where(events.c.xact < bound)
 S_READ_PAYLOADS = (
     select(events.c.payload)
     .where(
@@ -289,8 +293,7 @@ class SqlStorage(Storage):
         self._q_set_head = Compiled(S_SET_HEAD, d)
         self._q_move_head = Compiled(S_MOVE_HEAD, d)
         self._q_insert_events = Compiled(insert_events_stmt(self._new_xact()), d)
-        self._q_feed = Compiled(S_READ_FEED, d)
-        self._q_feed_below = Compiled(S_READ_FEED_BELOW, d)
+        self._q_feed = Compiled(read_feed_stmt(self._feed_bound()), d)
         self._watcher: ChangeWatcher | None = None
         self._watcher_lock = threading.Lock()
         self._q_read_payloads = Compiled(S_READ_PAYLOADS, d)
@@ -343,6 +346,11 @@ class SqlStorage(Storage):
         """The feed number of an inserted event, as a SQL expression over its bound
         ``session_pk`` and ``version`` (see ``eventstore/feed.py``)."""
         raise NotImplementedError
+
+    def _feed_bound(self) -> Any:
+        """The SQL expression below which ``xact`` values are final, or ``None`` when
+        every committed row is (see :meth:`read_feed`)."""
+        return None
 
     def _probe(self) -> Probe:
         """How this backend notices commits (for :meth:`watcher`)."""
@@ -673,17 +681,10 @@ class SqlStorage(Storage):
     def feed_barrier(self, tx: Tx) -> FeedBarrier:
         return FeedBarrier(None)
 
-    def read_feed(
-        self, tx: Tx, *, after: tuple[int, int, int] | None, below: int | None, limit: int
-    ) -> list[FeedRow]:
+    def read_feed(self, tx: Tx, *, after: tuple[int, int, int] | None, limit: int) -> list[FeedRow]:
         x, s, v = (-1, 0, 0) if after is None else after
-        params: dict[str, Any] = {"x": x, "s": s, "v": v, "lim": limit}
-        q = self._q_feed
-        if below is not None:
-            q, params["below"] = self._q_feed_below, below
-        return [
-            FeedRow(_event(r), r[11], r[10]) for r in self._fetchall(tx, q, params)
-        ]
+        rows = self._fetchall(tx, self._q_feed, {"x": x, "s": s, "v": v, "lim": limit})
+        return [FeedRow(_event(r), r[11], r[10]) for r in rows]
 
     def watcher(self) -> ChangeWatcher:
         with self._watcher_lock:

@@ -1,0 +1,464 @@
+"""Feed benchmark: how soon a follower sees a commit, how fast the feed reads, what it costs.
+
+Run (PostgreSQL from ``EVENTSTORE_TEST_PG_URL``, as ``scripts/with-postgres`` exports it)::
+
+    scripts/with-postgres .venv/bin/python -m benchmarks feed            # ~2 min
+    scripts/with-postgres .venv/bin/python -m benchmarks feed --quick    # ~40 s
+    ... --no-record      # do not rewrite the "## Feed" section of benchmarks/RESULTS.md
+
+Three measurements, on PostgreSQL and SQLite, in one run:
+
+1. **Commit-to-follower latency.** 1, 16 and 64 writer threads, each appending one event
+   per transaction to its own session (paced: one append, then 20 ms of sleep), while one
+   ``store.feed()`` follower runs in this process. Latency = when the follower got the
+   event − when the writer's ``append`` returned (so the append's own return trip is not
+   counted against the feed). p50 / p99 / max over every event.
+2. **Feed read throughput.** ``list(store.feed(idle_timeout=0))`` over a filled database,
+   against the baseline a consumer would write by hand: keyset paging with
+   ``SELECT … ORDER BY session_pk, version LIMIT 500`` on the same table (session ids
+   joined, each row made into the same ``RecordedEvent``), in the same run. Best of 3 each.
+3. **What the feed adds to an append.** The store's single-event append statements with
+   and without the feed's parts (the ``xact`` value, its index, the notification trigger
+   on PostgreSQL / the deletion clock trigger on SQLite), raw, one event per transaction,
+   on two databases in alternating blocks; the difference is also shown against a whole
+   ``EventStore.append`` measured in the same run. Bytes/event: the events table and its
+   indexes after the same appends, with and without the feed's column and index.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+import psycopg
+from sqlalchemy import create_engine, text
+
+from benchmarks._common import machine, record_section
+from eventstore import EventStore, RecordedEvent
+
+__all__ = ["main"]
+
+SECTION = "## Feed"
+OUT = Path(__file__).parent / "out" / "feed.json"
+RESULTS = Path(__file__).parent / "RESULTS.md"
+PACE = 0.02
+
+
+# -- 1. latency -------------------------------------------------------------------------------
+
+
+def latency(store: EventStore, writers: int, seconds: float) -> dict[str, Any]:
+    """p50/p99/max seconds from a writer's acknowledged commit to the feed follower."""
+    start = list(store.feed(idle_timeout=0))
+    after = start[-1].position if start else None
+    acked: dict[tuple[str, int], float] = {}
+    got: dict[tuple[str, int], float] = {}
+    stop = threading.Event()
+    written = threading.Event()  # every writer has returned: `acked` is complete
+    run = uuid.uuid4().hex[:6]
+
+    def write(w: int) -> None:
+        session = f"lat-{run}-{w}"
+        while not stop.is_set():
+            r = store.append(session, [{"type": "stop"}])
+            acked[(session, r.version)] = time.monotonic()
+            stop.wait(PACE)
+
+    follower = store.feed(after=after, idle_timeout=5.0)
+
+    def follow() -> None:
+        for ev in follower:
+            got[(ev.session_id, ev.version)] = time.monotonic()
+            if written.is_set() and len(got) >= len(acked):
+                break
+
+    reader = threading.Thread(target=follow)
+    reader.start()
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
+    for t in threads:
+        t.start()
+    time.sleep(seconds)
+    stop.set()
+    for t in threads:
+        t.join()
+    written.set()
+    store.append(f"lat-{run}-end", [{"type": "stop"}])  # wakes a reader that already has everything
+    reader.join(30)
+    follower.close()
+    lat = sorted(max(0.0, got[k] - acked[k]) for k in acked if k in got)
+    missing = len([k for k in acked if k not in got])
+    return {
+        "writers": writers,
+        "events": len(acked),
+        "events_per_s": len(acked) / seconds,
+        "missing": missing,
+        "p50_ms": 1000 * lat[len(lat) // 2],
+        "p99_ms": 1000 * lat[min(len(lat) - 1, int(len(lat) * 0.99))],
+        "max_ms": 1000 * lat[-1],
+    }
+
+
+# -- 2. read throughput -------------------------------------------------------------------------
+
+
+def fill(store: EventStore, sessions: int, per_session: int) -> int:
+    for s in range(sessions):
+        store.append(f"fill-{s}", [{"type": "send", "id": f"u-{i}", "text": f"message {i} " * 4} for i in range(per_session)])
+    return sessions * per_session
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def _record(r: Any) -> RecordedEvent:
+    """What the hand-written consumer makes of a row: the same public record the feed yields."""
+    return RecordedEvent(
+        session_id=r[2],
+        version=r[1],
+        event_id=r[8],
+        type=r[3],
+        action=orjson.loads(r[5]),
+        turn=r[4],
+        recorded_at=_EPOCH + dt.timedelta(microseconds=r[6]),
+        actor=r[7],
+        metadata=None if r[9] is None else orjson.loads(r[9]),
+        hash=bytes(r[10]).hex(),
+    )
+
+
+def _raw_paging(url: str, dialect: str) -> Callable[[], int]:
+    """A hand-written consumer: keyset pages ordered by the primary key."""
+    sql = (
+        "SELECT e.session_pk, e.version, s.id, e.type, e.turn, e.payload, e.recorded_at, e.actor, "
+        "e.event_id, e.metadata, e.hash "
+        "FROM events e JOIN sessions s ON s.pk = e.session_pk "
+        "WHERE (e.session_pk > {p} OR (e.session_pk = {p} AND e.version > {p})) "
+        "ORDER BY e.session_pk, e.version LIMIT 500"
+    )
+    if dialect == "postgresql":
+        dsn = url.replace("postgresql+psycopg://", "postgresql://", 1)
+        query = sql.format(p="%s")
+
+        def run_pg() -> int:
+            n, last = 0, (0, 0)
+            with psycopg.connect(dsn) as conn:
+                while True:
+                    rows = conn.execute(query, (last[0], last[0], last[1])).fetchall()
+                    for r in rows:
+                        _record(r)
+                    n += len(rows)
+                    if len(rows) < 500:
+                        return n
+                    last = (rows[-1][0], rows[-1][1])
+
+        return run_pg
+    import sqlite3
+
+    path = url.removeprefix("sqlite:///")
+    query = sql.format(p="?")
+
+    def run_sqlite() -> int:
+        n, last = 0, (0, 0)
+        conn = sqlite3.connect(path)
+        try:
+            while True:
+                rows = conn.execute(query, (last[0], last[0], last[1])).fetchall()
+                for r in rows:
+                    _record(r)
+                n += len(rows)
+                if len(rows) < 500:
+                    return n
+                last = (rows[-1][0], rows[-1][1])
+        finally:
+            conn.close()
+
+    return run_sqlite
+
+
+def throughput(store: EventStore, url: str, dialect: str, n: int) -> dict[str, Any]:
+    def feed() -> int:
+        return sum(1 for _ in store.feed(idle_timeout=0))
+
+    raw = _raw_paging(url, dialect)
+    out: dict[str, Any] = {"events": n}
+    for name, fn in (("feed", feed), ("raw", raw)):
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            got = fn()
+            best = min(best, time.perf_counter() - t0)
+            assert got == n, (name, got, n)
+        out[f"{name}_events_per_s"] = n / best
+    out["ratio"] = out["feed_events_per_s"] / out["raw_events_per_s"]
+    return out
+
+
+# -- 3. append cost and bytes -------------------------------------------------------------------
+
+_PG_HEAD = (
+    "WITH moved AS (UPDATE sessions SET head = %(v)s WHERE pk = %(pk)s AND head = %(old)s RETURNING pk) "
+    "INSERT INTO events (session_pk, version, event_id, type, turn, payload, recorded_at, actor, metadata, hash{x}) "
+    "SELECT moved.pk, %(v)s, NULL, 'stop', 0, %(payload)s, %(t)s, NULL, NULL, %(hash)s{xv} FROM moved"
+)
+_PG_XACT = (
+    ", greatest((pg_current_xact_id()::text)::bigint, "
+    "(SELECT p.xact FROM events p WHERE p.session_pk = moved.pk AND p.version = %(old)s))"
+)
+_SQLITE_INSERT = (
+    "INSERT INTO events (session_pk, version, event_id, type, turn, payload, recorded_at, actor, metadata, hash{x}) "
+    "VALUES (?, ?, NULL, 'stop', 0, ?, ?, NULL, NULL, ?{xv})"
+)
+_SQLITE_XACT = (
+    ", max(coalesce((SELECT max(xact) FROM events), 0), "
+    "coalesce((SELECT xact FROM feed_clock WHERE id = 1), 0)) + 1"
+)
+_PAYLOAD = b'{"type":"stop"}'
+
+
+class _Appender:
+    """One event per transaction on one database, with or without the feed's parts."""
+
+    def __init__(self, url: str, dialect: str, feed: bool) -> None:
+        self.dialect, self.feed, self.version = dialect, feed, 0
+        engine = create_engine(url)
+        with engine.begin() as conn:
+            if not feed:  # the schema without the feed: no trigger, no index (the column stays NULL)
+                for stmt in (
+                    "DROP TRIGGER IF EXISTS events_notify ON events" if dialect == "postgresql" else "DROP TRIGGER IF EXISTS events_feed_clock",
+                    "DROP INDEX IF EXISTS ix_events_xact",
+                ):
+                    conn.execute(text(stmt))
+                if dialect == "postgresql":
+                    conn.execute(text("ALTER TABLE events ALTER COLUMN xact DROP DEFAULT"))
+            conn.execute(
+                text("INSERT INTO sessions (id, head, head_hash, head_turn, created_at) VALUES ('ab', 0, :h, 0, 0)"),
+                {"h": b"\0" * 32},
+            )
+            self.pk = conn.execute(text("SELECT pk FROM sessions WHERE id = 'ab'")).scalar()
+        engine.dispose()
+        if dialect == "postgresql":
+            self.conn: Any = psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://", 1), autocommit=True)
+            self.sql = _PG_HEAD.format(x=", xact" if feed else "", xv=_PG_XACT if feed else "")
+        else:
+            import sqlite3
+
+            self.conn = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.sql = _SQLITE_INSERT.format(x=", xact" if feed else "", xv=_SQLITE_XACT if feed else "")
+
+    def block(self, n: int) -> float:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            v = self.version + 1
+            if self.dialect == "postgresql":
+                self.conn.execute(
+                    self.sql,
+                    {"v": v, "pk": self.pk, "old": v - 1, "payload": _PAYLOAD, "t": v, "hash": b"\1" * 32},
+                    prepare=True,
+                )
+            else:
+                c = self.conn
+                c.execute("BEGIN IMMEDIATE")
+                c.execute("UPDATE sessions SET head = ? WHERE pk = ? AND head = ?", (v, self.pk, v - 1))
+                c.execute(self.sql, (self.pk, v, _PAYLOAD, v, b"\1" * 32))
+                c.execute("COMMIT")
+            self.version = v
+        return (time.perf_counter() - t0) / n
+
+    def bytes_per_event(self) -> float:
+        if self.dialect == "postgresql":
+            size = self.conn.execute("SELECT pg_total_relation_size('events')").fetchone()[0]
+        else:
+            size = self.conn.execute(
+                "SELECT sum(pgsize) FROM dbstat WHERE name IN "
+                "(SELECT name FROM sqlite_master WHERE tbl_name = 'events')"
+            ).fetchone()[0]
+        return float(size) / self.version
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def append_cost(url_with: str, url_without: str, dialect: str, blocks: int, per_block: int) -> dict[str, Any]:
+    a = _Appender(url_with, dialect, True)
+    b = _Appender(url_without, dialect, False)
+    try:
+        a.block(200), b.block(200)  # warm-up
+        ratios, with_s, without_s = [], [], []
+        for i in range(blocks):
+            order = (a, b) if i % 2 == 0 else (b, a)
+            t = {id(x): x.block(per_block) for x in order}
+            with_s.append(t[id(a)])
+            without_s.append(t[id(b)])
+            ratios.append(t[id(a)] / t[id(b)])
+        return {
+            "with_us": 1e6 * statistics.median(with_s),
+            "without_us": 1e6 * statistics.median(without_s),
+            "ratio": statistics.median(ratios),
+            "bytes_with": a.bytes_per_event(),
+            "bytes_without": b.bytes_per_event(),
+        }
+    finally:
+        a.close()
+        b.close()
+
+
+def store_append_us(store: EventStore, n: int) -> float:
+    store.append("whole", [{"type": "stop"}])
+    t0 = time.perf_counter()
+    for _ in range(n):
+        store.append("whole", [{"type": "stop"}])
+    return 1e6 * (time.perf_counter() - t0) / n
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+
+def _databases(dialect: str, tmp: Path) -> tuple[Callable[[], str], Callable[[], None]]:
+    """A factory of fresh, migrated database URLs of one backend, and its cleanup."""
+    made: list[str] = []
+    if dialect == "sqlite":
+
+        def new_sqlite() -> str:
+            url = f"sqlite:///{tmp / f'{uuid.uuid4().hex[:8]}.db'}"
+            EventStore(url).migrate()
+            return url
+
+        return new_sqlite, lambda: None
+    admin = os.environ["EVENTSTORE_TEST_PG_URL"]
+    dsn = admin.replace("postgresql+psycopg://", "postgresql://", 1)
+
+    def new_pg() -> str:
+        schema = f"bench_{uuid.uuid4().hex[:10]}"
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f'CREATE SCHEMA "{schema}"')
+        made.append(schema)
+        url = f"{admin}{'&' if '?' in admin else '?'}options=-csearch_path%3D{schema}"
+        with EventStore(url) as s:
+            s.migrate()
+        return url
+
+    def drop() -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for schema in made:
+                conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+    return new_pg, drop
+
+
+def run_backend(dialect: str, quick: bool, tmp: Path) -> dict[str, Any]:
+    new, drop = _databases(dialect, tmp)
+    seconds = 2.0 if quick else 4.0
+    try:
+        out: dict[str, Any] = {"latency": []}
+        for writers in (1, 16, 64):
+            with EventStore(new()) as store:
+                out["latency"].append(latency(store, writers, seconds))
+                print(dialect, out["latency"][-1], flush=True)
+        url = new()
+        with EventStore(url) as store:
+            n = fill(store, 100 if quick else 200, 100)
+            out["throughput"] = throughput(store, url, dialect, n)
+            print(dialect, out["throughput"], flush=True)
+            out["store_append_us"] = store_append_us(store, 300 if quick else 1000)
+        out["append"] = append_cost(new(), new(), dialect, 6 if quick else 10, 300 if quick else 500)
+        out["append"]["delta_vs_store_append"] = (
+            out["append"]["with_us"] - out["append"]["without_us"]
+        ) / out["store_append_us"]
+        print(dialect, out["append"], flush=True)
+        return out
+    finally:
+        drop()
+
+
+def render(results: dict[str, Any]) -> str:
+    m = results["machine"]
+    lines = [
+        SECTION,
+        "",
+        f"`python -m benchmarks feed{' --quick' if results['quick'] else ''}` on {results['date']}, "
+        f"{m['nproc']} CPUs, Python {m['python']}, {m['uname']}; PostgreSQL and SQLite on the same machine "
+        "(followers, writers and the server share its cores).",
+        "",
+        "**Commit to follower** (one `store.feed()` follower; writers each append one event per "
+        f"transaction to their own session, then sleep {int(PACE * 1000)} ms; latency from the writer's "
+        "acknowledged commit to the follower's receipt). Target on PostgreSQL: p50 ≤ 20 ms, p99 ≤ 100 ms.",
+        "",
+        "| backend | writers | events/s written | p50 | p99 | max | events missed |",
+        "|---|--:|--:|--:|--:|--:|--:|",
+    ]
+    for b in ("postgresql", "sqlite"):
+        for r in results[b]["latency"]:
+            lines.append(
+                f"| {b} | {r['writers']} | {r['events_per_s']:.0f} | {r['p50_ms']:.1f} ms | "
+                f"{r['p99_ms']:.1f} ms | {r['max_ms']:.1f} ms | {r['missing']} |"
+            )
+    lines += [
+        "",
+        "**Feed read throughput** (the whole feed from the start, against hand-written keyset paging "
+        "`SELECT … ORDER BY session_pk, version LIMIT 500`, each row made into the same `RecordedEvent`; best of 3). "
+        "Target ≥ 0.8×.",
+        "",
+        "| backend | events | feed | raw paging | feed ÷ raw |",
+        "|---|--:|--:|--:|--:|",
+    ]
+    for b in ("postgresql", "sqlite"):
+        t = results[b]["throughput"]
+        lines.append(
+            f"| {b} | {t['events']:,} | {t['feed_events_per_s']:,.0f} ev/s | "
+            f"{t['raw_events_per_s']:,.0f} ev/s | {t['ratio']:.2f}× |"
+        )
+    lines += [
+        "",
+        "**What the feed adds to an append** (the single-event append statement with and without the "
+        "feed's value, index and trigger, raw, one event per transaction, alternating blocks; the "
+        "difference also against a whole `EventStore.append` of this run). Target ≤ 10%.",
+        "",
+        "| backend | statement with feed | without | × | Δ ÷ `EventStore.append` | bytes/event with | without | + |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    for b in ("postgresql", "sqlite"):
+        a = results[b]["append"]
+        lines.append(
+            f"| {b} | {a['with_us']:.0f} µs | {a['without_us']:.0f} µs | {a['ratio']:.3f} | "
+            f"{100 * a['delta_vs_store_append']:+.1f}% of {results[b]['store_append_us']:.0f} µs | "
+            f"{a['bytes_with']:.0f} | {a['bytes_without']:.0f} | "
+            f"{100 * (a['bytes_with'] / a['bytes_without'] - 1):+.1f}% |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks feed", description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="shorter runs")
+    ap.add_argument("--no-record", action="store_true", help="do not rewrite RESULTS.md")
+    args = ap.parse_args(argv)
+    if not os.environ.get("EVENTSTORE_TEST_PG_URL"):
+        print("EVENTSTORE_TEST_PG_URL is not set: run under scripts/with-postgres")
+        return 2
+    results: dict[str, Any] = {
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "quick": args.quick,
+        "machine": machine(["sqlalchemy", "psycopg"]),
+    }
+    with tempfile.TemporaryDirectory() as d:
+        for dialect in ("postgresql", "sqlite"):
+            results[dialect] = run_backend(dialect, args.quick, Path(d))
+    OUT.parent.mkdir(exist_ok=True)
+    OUT.write_text(json.dumps(results, indent=2))
+    section = render(results)
+    print(section)
+    if not args.no_record:
+        record_section(RESULTS, SECTION, section)
+    return 0
