@@ -67,6 +67,7 @@ from .planning import (
     known_hash_turn,
     missing_blob,
     recorded,
+    recorded_from_feed,
     replayed,
     segments,
     state_from_parts,
@@ -466,13 +467,10 @@ class Engine:
                 full = len(rows) == FEED_CHUNK
                 # At the end: are committed events waiting behind an older open transaction?
                 pending = not full and st.feed_barrier(tx).pending
-            out = [
-                recorded(r.event, r.session_id, position(r.xact, r.event.session_pk, r.event.version))
-                for r in rows
-            ]
+            out = [recorded_from_feed(r, position(r.xact, r.session_pk, r.version)) for r in rows]
             if rows:
                 last = rows[-1]
-                key = FeedKey(last.xact, last.event.session_pk, last.event.version)
+                key = FeedKey(last.xact, last.session_pk, last.version)
             return out, pending, full
 
         state = FollowState()
@@ -492,7 +490,7 @@ class Engine:
         for ev in past:
             if state.closed:
                 return
-            state.yielded(ev)
+            state.last, state.caught_up = ev, False
             yield ev
         # The idle clock only runs while waiting: it restarts when a batch is handed out.
         pacer.saw_event(time.monotonic())
@@ -511,7 +509,7 @@ class Engine:
             for ev in batch:
                 if state.closed:
                     return
-                state.yielded(ev)
+                state.last, state.caught_up = ev, False
                 yield ev
             if batch:
                 pacer.saw_event(time.monotonic())

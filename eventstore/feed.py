@@ -30,7 +30,6 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from .errors import InvalidEvent
@@ -48,7 +47,7 @@ __all__ = [
 ]
 
 #: Events read per query while catching up.
-FEED_CHUNK = 500
+FEED_CHUNK = 1000
 #: How often the feed looks again while committed events wait behind an older open
 #: transaction that may never notify (one that wrote no event).
 PENDING_POLL = 0.05
@@ -158,31 +157,32 @@ class FollowState:
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
-        self.position: str | None = None
-        self.version: int | None = None
+        #: the last event handed out (set by the reader loop, with ``caught_up = False``).
+        self.last: RecordedEvent | None = None
         self.caught_up = False
         self.closed = False
-        self._last_recorded: datetime | None = None
-
-    def yielded(self, event: RecordedEvent) -> None:
-        """``event`` is being handed out."""
-        self.caught_up = False
-        self.version = event.version
-        if event.position is not None:
-            self.position = event.position
-        self._last_recorded = event.recorded_at
 
     def reached_end(self) -> None:
         """The last read found nothing newer: the follower is caught up."""
         self.caught_up = True
 
     @property
+    def position(self) -> str | None:
+        """The feed position of the last event handed out, if any."""
+        return None if self.last is None else self.last.position
+
+    @property
+    def version(self) -> int | None:
+        """The version of the last event handed out, if any."""
+        return None if self.last is None else self.last.version
+
+    @property
     def lag(self) -> float:
         """Seconds between now and the recording of the last event handed out while the
         follower is still behind; ``0.0`` once a read found nothing newer."""
-        if self.caught_up or self._last_recorded is None:
+        if self.caught_up or self.last is None:
             return 0.0
-        return max(0.0, self._clock() - self._last_recorded.timestamp())
+        return max(0.0, self._clock() - self.last.recorded_at.timestamp())
 
 
 class Follower(Iterator[RecordedEvent]):

@@ -31,7 +31,7 @@ from .diff import LineageSegment
 from .errors import CompactedError, EventIdConflict, InvalidEvent, StorageError, VersionNotFound
 from .records import AppendResult, RecordedEvent, to_datetime
 from .reducer import REDUCER_VERSION, fold_json
-from .storage.base import ZERO_HASH, EventRow, LoadParts, Segment, SessionRow, SnapshotRow
+from .storage.base import ZERO_HASH, EventRow, FeedRow, LoadParts, Segment, SessionRow, SnapshotRow
 
 __all__ = [
     "State",
@@ -49,6 +49,7 @@ __all__ = [
     "state_from_parts",
     "fold_tail",
     "recorded",
+    "recorded_from_feed",
     "head_after",
     "missing_blob",
 ]
@@ -452,5 +453,22 @@ def recorded(e: EventRow, session_id: str, position: str | None = None) -> Recor
         actor=e.actor,
         metadata=decode_metadata(e.metadata),
         hash=e.hash.hex(),
+        position=position,
+    )
+
+
+def recorded_from_feed(r: FeedRow, position: str) -> RecordedEvent:
+    """The public record of an event read from the feed, at ``position``."""
+    return RecordedEvent(
+        session_id=r.session_id,
+        version=r.version,
+        event_id=r.event_id,
+        type=r.type,
+        action=decode_payload(r.payload),
+        turn=r.turn,
+        recorded_at=to_datetime(r.recorded_at),
+        actor=r.actor,
+        metadata=decode_metadata(r.metadata),
+        hash=bytes(r.hash).hex(),
         position=position,
     )

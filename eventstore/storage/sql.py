@@ -684,7 +684,7 @@ class SqlStorage(Storage):
     def read_feed(self, tx: Tx, *, after: tuple[int, int, int] | None, limit: int) -> list[FeedRow]:
         x, s, v = (-1, 0, 0) if after is None else after
         rows = self._fetchall(tx, self._q_feed, {"x": x, "s": s, "v": v, "lim": limit})
-        return [FeedRow(_event(r), r[11], r[10]) for r in rows]
+        return [FeedRow._make(r) for r in rows]
 
     def watcher(self) -> ChangeWatcher:
         with self._watcher_lock:
