@@ -236,7 +236,7 @@ class _Appender:
             if not feed:  # the schema without the feed: no trigger, no index (the column stays NULL)
                 for stmt in (
                     "DROP TRIGGER IF EXISTS events_notify ON events" if dialect == "postgresql" else "DROP TRIGGER IF EXISTS events_feed_clock",
-                    "DROP INDEX IF EXISTS ix_events_xact",
+                    "DROP INDEX IF EXISTS ix_events_xact_session_pk_version",
                 ):
                     conn.execute(text(stmt))
                 if dialect == "postgresql":

@@ -106,7 +106,7 @@ events = Table(
     # writer at a time): a number that grows in commit order, given by the insert.
     Column("xact", BigInteger, nullable=True),
     PrimaryKeyConstraint("session_pk", "version"),
-    Index("ix_events_xact", "xact"),
+    Index("ix_events_xact_session_pk_version", "xact", "session_pk", "version"),
     Index(
         "ix_events_session_pk_event_id",
         "session_pk",

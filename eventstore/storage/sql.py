@@ -26,6 +26,7 @@ from sqlalchemy import (
     literal,
     or_,
     select,
+    tuple_,
     update,
 )
 from sqlalchemy.engine import Dialect, make_url
@@ -142,29 +143,25 @@ def insert_events_stmt(xact: Any) -> Any:
     return insert(events).values(values)
 
 
-# The feed: events after a key (xact, session_pk, version), in that order. `xact >= :x`
-# lets the index on xact bound the scan; the rest is the key comparison spelled out.
-_FEED_AFTER = and_(
-    events.c.xact >= _P("x"),
-    or_(
-        events.c.xact > _P("x"),
-        events.c.session_pk > _P("s"),
-        and_(events.c.session_pk == _P("s"), events.c.version > _P("v")),
-    ),
-)
+# The feed: events after a key (xact, session_pk, version), in that order — the order of
+# the index on those columns, so a page is one index range scan that stops at its LIMIT.
+# The page is cut from events alone and joined to the session ids afterwards: a join
+# around the scan lets the planner choose a hash join and sort every later row.
+_FEED_KEY = tuple_(events.c.xact, events.c.session_pk, events.c.version)
 
 
 def read_feed_stmt(bound: Any) -> Any:
     """The feed's page after a key; ``bound`` (a SQL expression, or ``None``) is the
     dialect's upper limit on ``xact`` below which rows are final."""
-    stmt = (
-        select(*_EVENT_COLS, events.c.xact, sessions.c.id)
-        .join(sessions, sessions.c.pk == events.c.session_pk)
-        .where(_FEED_AFTER)
-        .order_by(events.c.xact, events.c.session_pk, events.c.version)
-        .limit(_P("lim"))
+    page = select(*_EVENT_COLS, events.c.xact).where(_FEED_KEY > tuple_(_P("x"), _P("s"), _P("v")))
+    if bound is not None:
+        page = page.where(events.c.xact < bound)
+    e = page.order_by(events.c.xact, events.c.session_pk, events.c.version).limit(_P("lim")).subquery("e")
+    return (
+        select(*(e.c[c.name] for c in _EVENT_COLS), e.c.xact, sessions.c.id)
+        .join_from(e, sessions, sessions.c.pk == e.c.session_pk)
+        .order_by(e.c.xact, e.c.session_pk, e.c.version)
     )
-    return stmt if bound is None else stmt.where(events.c.xact < bound)
 S_READ_PAYLOADS = (
     select(events.c.payload)
     .where(

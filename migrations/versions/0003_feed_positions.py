@@ -1,4 +1,4 @@
-"""Feed positions: every event gets a feed number (``events.xact``) and an index on it.
+"""Feed positions: every event gets a feed number (``events.xact``), indexed in feed order.
 
 PostgreSQL: ``xact`` defaults to the writing transaction's id (``pg_current_xact_id()``),
 so every insert path records it; adding the column with that default rewrites the table
@@ -42,14 +42,14 @@ def upgrade() -> None:
             "events",
             sa.Column("xact", sa.BigInteger(), server_default=sa.text(pg_ddl.FEED_XACT), nullable=True),
         )
-        op.create_index("ix_events_xact", "events", ["xact"])
+        op.create_index("ix_events_xact_session_pk_version", "events", ["xact", "session_pk", "version"])
         for statement in pg_ddl.FEED_DDL_V3:
             op.execute(statement)
     else:
         op.add_column("events", sa.Column("xact", sa.BigInteger(), nullable=True))
         for statement in sqlite_ddl.feed_backfill_v3():
             op.execute(statement)
-        op.create_index("ix_events_xact", "events", ["xact"])
+        op.create_index("ix_events_xact_session_pk_version", "events", ["xact", "session_pk", "version"])
         for statement in sqlite_ddl.FEED_DDL_V3:
             op.execute(statement)
 
@@ -59,7 +59,7 @@ def downgrade() -> None:
     ddl = pg_ddl if name == "postgresql" else sqlite_ddl
     for statement in ddl.DROP_FEED_DDL_V3:
         op.execute(statement)
-    op.drop_index("ix_events_xact", table_name="events")
+    op.drop_index("ix_events_xact_session_pk_version", table_name="events")
     op.drop_column("events", "xact")
     op.drop_table("feed_clock")
 
