@@ -59,6 +59,7 @@ from .errors import (
     StorageError,
     VersionNotFound,
 )
+from .ids import check_new_session_id
 from .models import SessionState, check_json, parse_actions
 from .records import (
     AppendResult,
@@ -338,6 +339,7 @@ class EventStore:
             if row is None:
                 if expected not in (None, 0):
                     raise ConcurrencyError(session, expected, 0)
+                check_new_session_id(session)
                 row = st.insert_session(tx, NewSession(id=session, created_at=now))
                 if row is None:  # created concurrently: wait for its lock
                     row = st.lock_session(tx, session)
@@ -703,6 +705,7 @@ class EventStore:
         if new_id is None:
             new_id = f"{session}-{uuid.uuid4().hex[:8]}"
         self._check_id(new_id, "new_id")
+        check_new_session_id(new_id, "new_id")
         self._check_id(session, "session")
         st = self._storage
         with st.write() as tx:

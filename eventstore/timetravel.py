@@ -44,6 +44,7 @@ from .errors import (
     SessionNotFound,
     VersionNotFound,
 )
+from .ids import check_new_session_id
 from .records import RecordedEvent, to_datetime
 from .reducer import REDUCER_VERSION, fold_json
 from .storage.base import ZERO_HASH, EventRow, NewSession, SessionRow, SnapshotRow
@@ -800,6 +801,7 @@ def import_(
                     progress(done, total)
                 continue
             baseline = m["baseline"]
+            check_new_session_id(sid)
             new = storage.insert_session(
                 tx,
                 NewSession(
