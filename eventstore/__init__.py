@@ -31,6 +31,7 @@ from eventstore.errors import (
     StorageError,
     VersionNotFound,
 )
+from eventstore.ids import check_new_session_id, split_ref
 from eventstore.models import (
     Action,
     SessionState,
@@ -48,6 +49,7 @@ from eventstore.reducer import (
     resumable,
     session_reducer,
 )
+from eventstore.storage.urls import mask_url
 from eventstore.store import EventStore
 from eventstore.timetravel import CompactResult, ImportResult, ReplayStep
 from eventstore.turns import ToolCall, Turn
@@ -94,4 +96,8 @@ __all__ = [
     "CompactedError",
     "SchemaError",
     "StorageError",
+    # ids and database URLs as people type them
+    "split_ref",
+    "check_new_session_id",
+    "mask_url",
 ]
