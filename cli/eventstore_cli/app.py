@@ -120,14 +120,6 @@ def _session_json(s: Any) -> dict[str, Any]:
     return dict(s.to_json())
 
 
-def _plain_session(session: str) -> str:
-    """A SESSION argument: a ref with a version here is a usage error."""
-    name, version = parse_ref(session)
-    if version is not None:
-        usage(f"{session!r} names a version; this command takes a SESSION")
-    return name
-
-
 def _width() -> int | None:
     """The terminal's width when stdout is one, else ``None`` (lines are not cut)."""
     if not is_terminal():
@@ -222,8 +214,6 @@ def append(
 
     Example: echo '{"type":"send","id":"u-1","text":"hi"}' | eventstore append s1 -
     """
-    if parse_ref(session)[1] is not None:
-        usage("append takes a SESSION, not a ref with @VERSION (events go at the head)")
     actions = read_actions(file)
     with open_store(ctx) as store:
         r = store.append(session, actions, expected_version=expected_version, actor=actor)
@@ -461,8 +451,6 @@ def compact(
         return
     if session is None or upto is None:
         usage("give SESSION --upto V, or --all --keep-last-turns N")
-    if parse_ref(session)[1] is not None:
-        usage("compact takes a SESSION; give the version with --upto")
     with open_store(ctx) as store:
         r = store.compact(session, upto=upto, archive=archive)
     if as_json:
@@ -595,8 +583,6 @@ def export_cmd(
     A branch's file also carries the sessions it descends from, so `eventstore import`
     recreates it anywhere — on SQLite or PostgreSQL — with identical history and hashes.
     """
-    if parse_ref(session)[1] is not None:
-        usage("export takes a SESSION, not a ref")
     with open_store(ctx) as store, _progress() as bar:
         task = bar.add_task(f"exporting {safe(session)}", total=None)
 

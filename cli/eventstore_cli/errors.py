@@ -59,9 +59,12 @@ def usage(message: str) -> NoReturn:
 
 def _not_found_hint(exc: Exception) -> str:
     session = getattr(exc, "session", "")
-    if "@" in session:
-        return f"{exc} (a version after '@' must be a number: SESSION@VERSION)"
-    return str(exc)
+    if "@" not in session:
+        return str(exc)
+    _, _, tail = session.rpartition("@")
+    if tail.isascii() and tail.isdigit():
+        return f"{exc} (this command takes a SESSION, not SESSION@VERSION)"
+    return f"{exc} (in a ref, the version after the last '@' must be a number)"
 
 
 def cli_errors(fn: F) -> F:

@@ -85,6 +85,18 @@ def history_table(events: Iterable[Any], session: str, title: str | None = None)
     return t
 
 
+#: Characters of a turn's texts the turn view shows (``--json`` has them whole).
+TURN_TEXT = 400
+
+
+def _body(text: str, limit: int = TURN_TEXT) -> str:
+    """A message text for the turn view: its lines kept, cut at ``limit`` characters."""
+    text = text.strip()
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return safe(text, multiline=True)
+
+
 def _duration(tr: Any) -> str:
     secs = (tr.ended - tr.started).total_seconds()
     return f"{secs:.1f}s" if secs < 120 else f"{secs / 60:.0f}m"
@@ -117,8 +129,8 @@ def turns_table(turns: Sequence[Any], session: str) -> Table:
         t.add_row(
             str(tr.turn) + ("\n(partial)" if tr.partial else ""),
             Text(when, style=""),
-            Text(safe(tr.user_text, multiline=True)),
-            Text(safe(tr.assistant_text, multiline=True)),
+            Text(_body(tr.user_text)),
+            Text(_body(tr.assistant_text)),
             tools,
             outcome,
         )
@@ -155,9 +167,9 @@ def turns_view(turns: Sequence[Any], session: str, width: int = 80) -> Any:
         out.append(head)
         rows: list[tuple[str, str, Text]] = []
         if tr.user_text:
-            rows.append(("user", "bold blue", Text(safe(tr.user_text, multiline=True))))
+            rows.append(("user", "bold blue", Text(_body(tr.user_text))))
         if tr.assistant_text:
-            rows.append(("assistant", "bold magenta", Text(safe(tr.assistant_text, multiline=True))))
+            rows.append(("assistant", "bold magenta", Text(_body(tr.assistant_text))))
         if tr.tools:
             line = Text()
             for i, c in enumerate(tr.tools):
