@@ -16,7 +16,7 @@ import typer
 from typer.core import TyperGroup
 
 from .database import DEFAULT_URL, open_store, parse_ref, resolve_version, sqlite_file
-from .errors import cli_errors, emit_error, fail, usage
+from .errors import cli_errors, emit_error, fail, json_mode, usage
 from .inputs import read_actions
 from .terminal import console, is_terminal, json_text, safe
 
@@ -672,6 +672,7 @@ def main() -> None:
         if not isinstance(exit_code, int) or message is None or show is None:
             raise
         if as_json:
+            json_mode(True)
             emit_error("UsageError" if exit_code == 2 else type(exc).__name__, message())
         else:
             show()
