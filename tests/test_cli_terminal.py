@@ -197,3 +197,18 @@ def test_a_terminal_receives_no_control_byte_from_stored_text(tmp_path: Path) ->
         assert max(widths) <= 80, (args, max(widths))
     # Colour did reach the terminal: the pty path is the styled one.
     assert SGR.search(_pty_run(["--db", db, "checkout", SESSION], tmp_path))
+
+
+def test_history_on_a_terminal_shows_a_page_and_says_how_to_see_more(tmp_path: Path) -> None:
+    from eventstore.samples import chat_session
+
+    db = f"sqlite:///{tmp_path / 'long.db'}"
+    run_cli("migrate", db=db)
+    actions = chat_session(3)
+    run_cli("append", "long", "-", db=db, input=json.dumps(actions))
+    paged = SGR.sub(b"", _pty_run(["--db", db, "history", "long"], tmp_path)).decode().splitlines()
+    assert len(paged) == 1 + 100 + 1 and "more events follow" in paged[-1] and "--all" in paged[-1]
+    everything = SGR.sub(b"", _pty_run(["--db", db, "history", "long", "--all"], tmp_path)).decode().splitlines()
+    assert len(everything) == 1 + len(actions)
+    piped = run_cli("history", "long", db=db).stdout.splitlines()  # a pipe is never paged
+    assert len(piped) == 1 + len(actions)

@@ -9,6 +9,8 @@ one ``error: …`` line on stderr and exit code 1; usage errors (a malformed
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -110,6 +112,17 @@ def _progress() -> Progress:
         transient=True,
         disable=not is_terminal(sys.stderr),
     )
+
+
+@contextmanager
+def _working(what: str) -> Iterator[None]:
+    """A transient spinner on stderr while a long read runs (only on a terminal)."""
+    if not is_terminal(sys.stderr):
+        yield
+        return
+    with _progress() as bar:
+        bar.add_task(what, total=None)
+        yield
 
 
 def _event_json(e: Any) -> dict[str, Any]:
@@ -287,7 +300,8 @@ def history(
             if version > head:
                 raise VersionNotFound(session, version, head)
         if turns:
-            rows = store.turns(session, upto=version)
+            with _working(f"reading the turns of {safe(session)}"):
+                rows = store.turns(session, upto=version)
             if as_json:
                 print_json([r.to_json() for r in rows])
             else:
@@ -297,7 +311,8 @@ def history(
                 out.print(render.turns_view(rows, session, width=out.width))
             return
         want = PAGE + 1 if paged else limit
-        events = list(store.history(session, after=after, upto=version, limit=want, desc=last))
+        with _working(f"reading the history of {safe(session)}"):
+            events = list(store.history(session, after=after, upto=version, limit=want, desc=last))
     if last:
         events.reverse()  # shown oldest first either way
     if as_json:
@@ -502,15 +517,15 @@ def replay(
     if start is not None and stop is not None and start > stop:
         usage(f"--from {start} is after --to {stop}")
     with open_store(ctx) as store:
-        steps = store.replay(session, start=start, stop=stop)
+        with _working(f"replaying {safe(session)}"):
+            steps = list(store.replay(session, start=start, stop=stop))
         if as_json:
             print_json([s.to_json() for s in steps])
             return
-        from .listing import replay_lines
+    from .listing import replay_lines
 
-        done = list(steps)
-    sys.stdout.write("".join(line + "\n" for line in replay_lines(done, _width())))
-    typer.echo(f"{len(done)} event(s) replayed")
+    sys.stdout.write("".join(line + "\n" for line in replay_lines(steps, _width())))
+    typer.echo(f"{len(steps)} event(s) replayed")
 
 
 @app.command()
