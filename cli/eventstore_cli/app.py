@@ -2,8 +2,14 @@
 
 Each command opens the store, calls one library function and renders the result
 (human output with Rich, or one JSON document with ``--json``). Library errors become
-one ``error: …`` line on stderr and exit code 1; usage errors (a malformed
-``SESSION@VERSION``, conflicting options) exit 2. Rendering lives in :mod:`.render`.
+one ``error: …`` line on stderr and exit code 1 (a JSON object with ``--json``, see
+:mod:`.errors`); usage errors (conflicting options) exit 2. Rendering lives in
+:mod:`.render` and :mod:`.listing`; every stored value is made terminal-safe by
+:mod:`.terminal` on its way out.
+
+Start-up matters for a command line: this module imports only Typer and the CLI's own
+small modules. The library, Rich and the renderers are imported inside the commands
+that need them, so ``eventstore --help`` never loads SQLAlchemy or pydantic.
 """
 
 from __future__ import annotations

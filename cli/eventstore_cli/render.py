@@ -9,10 +9,10 @@ that parse no markup, so chat text prints literally and cannot drive the termina
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rich.console import Console, Group
+from rich.console import Group
 from rich.padding import Padding
 from rich.panel import Panel
 from rich.table import Table
@@ -29,7 +29,6 @@ __all__ = [
     "compact_json",
     "action_summary",
     "styled_status",
-    "history_table",
     "turns_table",
     "turns_view",
     "sessions_table",
@@ -37,7 +36,6 @@ __all__ = [
     "state_panel",
     "diff_view",
     "diff_events",
-    "replay_line",
 ]
 
 JSON = dict[str, Any]
@@ -57,32 +55,6 @@ STATUS_STYLE = {
 def styled_status(status: str | None) -> Text:
     s = status or ""
     return Text(safe(s), style=STATUS_STYLE.get(s, ""))
-
-
-def history_table(events: Iterable[Any], session: str, title: str | None = None) -> Table:
-    """The event log as a table; inherited events show the session that recorded them."""
-    t = Table(title=Text(safe(title or f"history of {session}")), show_lines=False, header_style="bold")
-    t.add_column("ver", justify="right")
-    t.add_column("turn", justify="right")
-    t.add_column("type")
-    t.add_column("action", overflow="fold")
-    t.add_column("actor")
-    t.add_column("recorded (UTC)")
-    t.add_column("by", style="dim")
-    for e in events:
-        inherited = e.session_id != session
-        style = "dim" if inherited else ""
-        t.add_row(
-            str(e.version),
-            str(e.turn),
-            Text(e.type, style="bold" if e.type == "send" else ""),
-            Text(action_summary(e.action)),
-            Text(safe(e.actor or "")),
-            short_time(e.recorded_at),
-            Text(safe(e.session_id)) if inherited else "",
-            style=style,
-        )
-    return t
 
 
 #: Characters of a turn's texts the turn view shows (``--json`` has them whole).
@@ -384,14 +356,3 @@ def _message_text(m: Mapping[str, Any]) -> str:
         elif p.get("type") == "tool":
             bits.append(f"[{safe(p.get('name'))} {safe(p.get('state'))}]")
     return " ".join(bits) or "(empty)"
-
-
-def replay_line(step: Any, console: Console) -> None:
-    """One replay step: version, event and what it changed."""
-    e = step.event
-    head = Text(f"{e.version:>5} ", style="bold")
-    head.append(f"{safe(e.type):<9}", style="cyan")
-    head.append(action_summary(e.action))
-    console.print(head)
-    for line in step.changes:
-        console.print(Text(f"        {safe(line)}", style="dim"))
