@@ -145,13 +145,15 @@ def test_json_output_is_exact(hostile_db: str) -> None:
 # -- a real terminal ----------------------------------------------------------------------------
 
 
-def _pty_run(args: list[str], cwd: Path) -> bytes:
-    """Run the program with stdout on a pseudo-terminal (80 columns); its raw output bytes."""
+def _pty_run(args: list[str], cwd: Path, *, stderr_too: bool = False) -> bytes:
+    """Run the program with stdout (and optionally stderr) on a pseudo-terminal (80 columns);
+    its raw output bytes."""
     main, child = pty.openpty()
     env = {k: v for k, v in os.environ.items() if k not in ("EVENTSTORE_URL", "NO_COLOR")}
     env.update({"COLUMNS": "80", "LINES": "40", "TERM": "xterm-256color"})
     proc = subprocess.Popen(
-        [str(EXE), *args], stdin=subprocess.DEVNULL, stdout=child, stderr=subprocess.PIPE, cwd=cwd, env=env
+        [str(EXE), *args], stdin=subprocess.DEVNULL, stdout=child, stderr=child if stderr_too else subprocess.PIPE,
+        cwd=cwd, env=env,
     )
     os.close(child)
     chunks = []
@@ -197,6 +199,10 @@ def test_a_terminal_receives_no_control_byte_from_stored_text(tmp_path: Path) ->
         assert max(widths) <= 80, (args, max(widths))
     # Colour did reach the terminal: the pty path is the styled one.
     assert SGR.search(_pty_run(["--db", db, "checkout", SESSION], tmp_path))
+    # Progress bars (stderr on the terminal) name stored ids without parsing them as markup.
+    for args in (["export", BRANCH, "-o", str(tmp_path / "b.jsonl")], ["verify"], ["history", BRANCH, "--turns"]):
+        raw = _pty_run(["--db", db, *args], tmp_path, stderr_too=True)
+        assert BLINK.encode() not in raw and b"Traceback" not in raw and "\u202e".encode() not in raw, args
 
 
 def test_history_on_a_terminal_shows_a_page_and_says_how_to_see_more(tmp_path: Path) -> None:

@@ -110,7 +110,7 @@ def _progress() -> Progress:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     return Progress(
-        TextColumn("{task.description}"),
+        TextColumn("{task.description}", markup=False),  # descriptions may name stored ids
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
