@@ -412,7 +412,7 @@ def diff(
     """
     a = parse_ref(left)
     b = parse_ref(right)
-    with open_store(ctx) as store:
+    with open_store(ctx) as store, _working("comparing"):
         d = store.diff(a, b, events=events)
     if as_json:
         print_json(d.to_json())
@@ -472,7 +472,7 @@ def compact(
         return
     if session is None or upto is None:
         usage("give SESSION --upto V, or --all --keep-last-turns N")
-    with open_store(ctx) as store:
+    with open_store(ctx) as store, _working(f"compacting {safe(session)}"):
         r = store.compact(session, upto=upto, archive=archive)
     if as_json:
         print_json(r.to_json())
