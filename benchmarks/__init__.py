@@ -19,5 +19,6 @@ BENCHMARKS: list[str] = [
     "timetravel",
     "report",
     "soak",  # reliability audit; 10 s per backend by default (--seconds N for a real soak)
+    "startup",  # CLI start-up and long-log output, before/after against a git revision
 ]
 """Benchmark modules run, in this order, by ``python -m benchmarks all``."""

@@ -44,6 +44,7 @@ from typing import Any
 
 from .codec import decode_many, encode_action, encode_metadata
 from .errors import CompactedError, ConcurrencyError, InvalidEvent, SchemaError, SessionExists, SessionNotFound
+from .ids import check_new_session_id
 from .models import check_json, parse_actions
 from .planning import (
     AppendPlanner,
@@ -311,6 +312,7 @@ class Engine:
             if row is None:
                 if expected not in (None, 0):
                     raise ConcurrencyError(session, expected, 0)
+                check_new_session_id(session)
                 row = st.insert_session(tx, NewSession(id=session, created_at=now))
                 if row is None:  # created concurrently: wait for its lock
                     row = st.lock_session(tx, session)
@@ -439,6 +441,7 @@ class Engine:
         if new_id is None:
             new_id = f"{session}-{uuid.uuid4().hex[:8]}"
         v.id(new_id, "new_id")
+        check_new_session_id(new_id, "new_id")
         st = self.storage
         with st.write() as tx:
             row = st.lock_session(tx, session)
