@@ -20,5 +20,6 @@ BENCHMARKS: list[str] = [
     "report",
     "feed",
     "soak",  # reliability audit; 10 s per backend by default (--seconds N for a real soak)
+    "startup",  # CLI start-up and long-log output, before/after against a git revision
 ]
 """Benchmark modules run, in this order, by ``python -m benchmarks all``."""

@@ -38,6 +38,7 @@ from eventstore.errors import (
     VersionNotFound,
 )
 from eventstore.compaction import CompactResult
+from eventstore.ids import check_new_session_id, split_ref
 from eventstore.models import (
     Action,
     ErrorPart,
@@ -72,6 +73,7 @@ from eventstore.reducer import (
     resumable,
     session_reducer,
 )
+from eventstore.storage.urls import mask_url
 from eventstore.store import EventStore
 from eventstore.timetravel import ReplayStep
 from eventstore.transfer import ImportResult
@@ -141,4 +143,8 @@ __all__ = [
     "CheckpointError",
     "SchemaError",
     "StorageError",
+    # ids and database URLs as people type them
+    "split_ref",
+    "check_new_session_id",
+    "mask_url",
 ]

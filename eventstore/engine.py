@@ -54,6 +54,7 @@ from .errors import (
     VersionNotFound,
 )
 from .feed import FEED_CHUNK, FeedKey, Follower, FollowState, Pacer, position
+from .ids import check_new_session_id
 from .models import check_json, parse_actions
 from .planning import (
     AppendPlanner,
@@ -322,6 +323,7 @@ class Engine:
             if row is None:
                 if expected not in (None, 0):
                     raise ConcurrencyError(session, expected, 0)
+                check_new_session_id(session)
                 row = st.insert_session(tx, NewSession(id=session, created_at=now))
                 if row is None:  # created concurrently: wait for its lock
                     row = st.lock_session(tx, session)
@@ -556,6 +558,7 @@ class Engine:
         if new_id is None:
             new_id = f"{session}-{uuid.uuid4().hex[:8]}"
         v.id(new_id, "new_id")
+        check_new_session_id(new_id, "new_id")
         st = self.storage
         with st.write() as tx:
             row = st.lock_session(tx, session)

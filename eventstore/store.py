@@ -34,6 +34,7 @@ from .compaction import CompactResult
 from .diff import SessionDiff
 from .engine import DEFAULT_SNAPSHOT_EVERY, Engine
 from .feed import Follower
+from .files import text_out
 from .models import Action, SessionState
 from .records import AppendResult, RecordedEvent, SessionInfo, VerifyReport
 from .timetravel import ReplayStep
@@ -401,14 +402,32 @@ class EventStore:
         return verifying.verify(self._engine, session, progress=progress)
 
     def report(
-        self, session: str, version: int | None = None, *, against: tuple[str, int | None] | None = None
+        self,
+        session: str,
+        version: int | None = None,
+        *,
+        against: tuple[str, int | None] | None = None,
+        out: str | os.PathLike[str] | IO[str] | None = None,
     ) -> str:
         """The audit report of a session as one self-contained HTML page; see
         :mod:`eventstore.report`.
 
-        ``against=(session, version | None)`` renders the diff from ``(session, version)``
-        to that ref instead.
+        Args:
+            session: the session to report on.
+            version: render the session as it was at this version (``None``: the head).
+            against: ``(session, version | None)``: render the diff from
+                ``(session, version)`` to this ref instead.
+            out: also write the page here: a path (written to ``PATH.part`` and renamed
+                when complete) or a text file object.
+
+        Returns:
+            The page.
         """
         if against is not None:
-            return reporting.render_diff_report(self._engine, (session, version), against)
-        return reporting.render_report(self._engine, session, version)
+            page = reporting.render_diff_report(self._engine, (session, version), against)
+        else:
+            page = reporting.render_report(self._engine, session, version)
+        if out is not None:
+            with text_out(out) as fh:
+                fh.write(page)
+        return page

@@ -5,6 +5,7 @@ This is the only module that imports psycopg.
 
 from __future__ import annotations
 
+import re
 import select as _select
 import threading
 import time
@@ -266,7 +267,13 @@ _CONFIG_ERRORS = (
     "authentication failed",
     "does not exist",
     "no pg_hba.conf entry",
+    # a malformed connection parameter of the URL (?sslmode=bogus, a port out of range)
+    "invalid connection option",
+    "invalid port number",
+    "invalid integer value",
+    "bad value for",
 )
+_INVALID_VALUE = re.compile(r"invalid \w+ value")
 
 
 def _is_config_error(exc: BaseException) -> bool:
@@ -274,7 +281,7 @@ def _is_config_error(exc: BaseException) -> bool:
     if sqlstate.startswith("28") or sqlstate == "3D000":
         return True
     text = str(exc)
-    return any(phrase in text for phrase in _CONFIG_ERRORS)
+    return any(phrase in text for phrase in _CONFIG_ERRORS) or bool(_INVALID_VALUE.search(text))
 
 
 def _snapshot_xmin() -> Any:

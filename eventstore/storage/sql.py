@@ -29,13 +29,12 @@ from sqlalchemy import (
     tuple_,
     update,
 )
-from sqlalchemy.engine import Dialect, make_url
+from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from ..errors import ConcurrencyError, EventStoreError, SchemaError, StorageError
 from .base import (
     DIGEST_SIZE,
-    HASH_SIZE,
     ChangeWatcher,
     CompactionRow,
     Erasure,
@@ -64,6 +63,7 @@ from .schema import (
     snapshots,
     tombstones,
 )
+from .urls import mask_url
 
 __all__ = ["ErrorKind", "SqlStorage", "Compiled", "mask_url", "insert_events_stmt", "read_feed_stmt"]
 
@@ -216,19 +216,6 @@ class ErrorKind(enum.Enum):
     RETRYABLE = "retryable"  # lost connection, serialization failure, busy database
     NO_SCHEMA = "no-schema"  # a table is missing: not migrated
     OTHER = "other"
-
-
-def mask_url(url: str) -> str:
-    """The URL with its password replaced by ``***`` (safe to put in a message)."""
-    try:
-        u = make_url(url)
-        # libpq also takes secrets as URI parameters (?password=..., ?sslpassword=...).
-        secret = {k: "***" for k in u.query if k.lower() in ("password", "sslpassword")}
-        if secret:
-            u = u.update_query_dict(secret)
-        return u.render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - an unparsable URL is shown without its userinfo
-        return url.split("@")[-1].split("?")[0]
 
 
 def session_row(r: Any) -> SessionRow:
