@@ -22,6 +22,9 @@ from .base import (
 )
 from .sql import mask_url
 
+# Options that only a PostgreSQL storage understands (refused for SQLite, not ignored).
+_POSTGRES_ONLY = ("replicas", "max_replica_lag", "replica_wait", "partitions")
+
 __all__ = [
     "open_storage",
     "Storage",
@@ -40,13 +43,18 @@ def open_storage(url: str, **options: Any) -> Storage:
     Args:
         url: ``sqlite:///path.db`` (``sqlite://`` for memory) or
             ``postgresql+psycopg://user:pw@host/db`` (``postgresql://`` means the same).
-        **options: backend options (``busy_timeout_ms`` for SQLite, ``pool_size`` for PostgreSQL).
+        **options: backend options (``busy_timeout_ms`` for SQLite, ``pool_size`` for PostgreSQL);
+            PostgreSQL only: ``replicas`` (URLs of streaming replicas that serve reads),
+            ``max_replica_lag`` and ``replica_wait`` (seconds; see
+            :class:`~eventstore.storage.replicas.ReplicatedPostgresStorage`) and
+            ``partitions`` (hash-partition new event and snapshot tables by session).
 
     Returns:
         A :class:`Storage`; close it with ``close()``.
 
     Raises:
-        StorageError: the URL is malformed or names an unsupported database.
+        StorageError: the URL is malformed or names an unsupported database, or a
+            PostgreSQL-only option is given for SQLite.
     """
     try:
         backend = make_url(url).get_backend_name()
@@ -55,11 +63,24 @@ def open_storage(url: str, **options: Any) -> Storage:
     if backend == "sqlite":
         from .sqlite import SQLiteStorage
 
+        for name in _POSTGRES_ONLY:
+            if options.get(name) not in (None, [], ()):
+                raise StorageError(
+                    f"{name} needs PostgreSQL; {mask_url(url)} is SQLite "
+                    "(see docs/scaling.md)"
+                )
+            options.pop(name, None)
         return SQLiteStorage(url, **options)
     if backend in ("postgresql", "postgres"):
         from .postgres import PostgresStorage
 
-        return PostgresStorage(url, **options)
+        if options.get("replicas") in (None, [], ()):
+            for name in ("replicas", "max_replica_lag", "replica_wait"):
+                options.pop(name, None)
+            return PostgresStorage(url, **options)
+        from .replicas import ReplicatedPostgresStorage
+
+        return ReplicatedPostgresStorage(url, **options)
     raise StorageError(
         f"unsupported database {backend!r} in {mask_url(url)}; use sqlite:/// or postgresql://"
     )

@@ -20,7 +20,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DisconnectionError
 
 from .base import DIGEST_SIZE, EventRow, LoadParts, SnapshotRow
-from .sql import ErrorKind, SqlStorage, _session
+from .sql import Compiled, ErrorKind, SqlStorage, _session
 
 __all__ = ["PostgresStorage", "IMMUTABILITY_DDL_V1", "DROP_IMMUTABILITY_DDL_V1"]
 
@@ -336,6 +336,16 @@ class PostgresStorage(SqlStorage):
             raise
         finally:
             fairy.close()
+
+    def fetch_one(self, q: Compiled, params: Mapping[str, Any] | None = None) -> Any:
+        """The first row of one compiled statement, run alone in autocommit (``None``: no row).
+
+        For small statements outside any transaction (a server's WAL position, a replica's
+        replay state): one round trip, no BEGIN/COMMIT, errors mapped as everywhere.
+        """
+        with self._errors(), self._autocommit(hot=True) as cur:
+            cur.execute(q.sql, q.args(params or {}))
+            return cur.fetchone()
 
     def _lock_clause(self, stmt: Any) -> Any:
         return stmt.with_for_update()
