@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from conftest import make_store
+from conftest import BACKENDS, PARTITIONED, make_store
 from eventstore.errors import (
     ConcurrencyError,
     EventIdConflict,
@@ -24,6 +24,12 @@ from eventstore.samples import random_actions
 from eventstore.store import EventStore
 
 SEND = {"type": "send", "id": "u-1", "text": "hello"}
+
+
+@pytest.fixture(params=[*BACKENDS, PARTITIONED])
+def backend(request: pytest.FixtureRequest) -> str:
+    """This suite also runs on the session-partitioned PostgreSQL schema."""
+    return str(request.param)
 
 
 def _append_in_batches(

@@ -64,7 +64,9 @@ def open_storage(url: str, **options: Any) -> Storage:
         from .sqlite import SQLiteStorage
 
         for name in _POSTGRES_ONLY:
-            if options.get(name) not in (None, [], ()):
+            value = options.get(name)
+            # Asking for none of it is fine: no replicas, zero partitions.
+            if not (value is None or value in ([], ()) or (type(value) is int and value == 0)):
                 raise StorageError(
                     f"{name} needs PostgreSQL; {mask_url(url)} is SQLite "
                     "(see docs/scaling.md)"

@@ -52,7 +52,7 @@ DEFAULT_REPLICA_WAIT = 0.1
 #: Seconds a replica that failed is left alone before it is probed again.
 _DOWN_FOR = 1.0
 
-_ZERO_LSN = literal_column("'0/0'::pg_lsn")
+_ZERO_LSN: Any = literal_column("'0/0'::pg_lsn")
 
 
 def _lsn(expr: Any) -> Any:

@@ -297,6 +297,10 @@ class SqlStorage(Storage):
     def _migration_lock(self, conn: Connection) -> None:
         """Serialise concurrent migrations (PostgreSQL: an advisory lock)."""
 
+    def _migration_options(self, conn: Connection) -> dict[str, Any]:
+        """Keyword options of :func:`~eventstore.storage.migrate.upgrade` (PostgreSQL: partitions)."""
+        return {}
+
     # -- the one error mapper -----------------------------------------------------------
 
     @contextmanager
@@ -407,7 +411,7 @@ class SqlStorage(Storage):
             self._begin_write(conn)
             with conn.begin():
                 self._migration_lock(conn)
-                upgrade(conn)
+                upgrade(conn, **self._migration_options(conn))
 
     def schema_revision(self) -> str | None:
         with self._errors(), self.engine.connect() as conn:
