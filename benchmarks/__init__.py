@@ -17,5 +17,6 @@ BENCHMARKS: list[str] = [
     "compare",
     "timetravel",
     "soak",  # reliability audit; 10 s per backend by default (--seconds N for a real soak)
+    "scale",  # partitions vs plain, growth, replicas; needs the replica of scripts/with-postgres
 ]
 """Benchmark modules run, in this order, by ``python -m benchmarks all``."""

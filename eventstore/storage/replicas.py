@@ -313,10 +313,11 @@ class ReplicatedPostgresStorage(PostgresStorage):
         if not behind or self.replica_wait <= 0:
             return None
         deadline = time.monotonic() + self.replica_wait
-        pause = 0.001
+        # Replay usually trails by a millisecond or two: poll often at first, then back off.
+        pause = 0.0005
         while time.monotonic() < deadline:
             time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
-            pause = min(pause * 2, 0.01)
+            pause = min(pause * 1.5, 0.005)
             for r in behind:
                 if r.probe(self._q_status, self.max_replica_lag) and r.lsn >= position:
                     return r
