@@ -112,7 +112,7 @@ def _fill(store: EventStore, prefix: str, sessions: int, seed: int, turns: int =
     return n
 
 
-# ----------------------------------------------------------------------------- 1: partitioned vs plain
+# ------------------------------------------------------------------ 1: partitioned vs plain
 
 
 def compare_partitioned(admin: str, *, sessions: int, blocks: int) -> dict[str, Any]:
@@ -333,7 +333,8 @@ def render(res: dict[str, Any]) -> str:
         "time ÷ partitioned time, median over blocks (above 1: partitioned is faster). "
         "Target: within 10% (ratio ≥ 0.9, bytes ≤ +10%).",
         "",
-        "| partitions | append 1 event/txn | × plain | load head | × plain | bytes/event | vs plain |",
+        "| partitions | append 1 event/txn | × plain | load head | × plain | bytes/event "
+        "| vs plain |",
         "|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for r in c["rows"]:
@@ -356,13 +357,15 @@ def render(res: dict[str, Any]) -> str:
     for g in res["growth"]:
         label = f"{g['partitions']} partitions" if g["partitions"] else "plain tables"
         lines += [
-            f"**{label}** — last ÷ first filled checkpoint: append {g['growth']['append_ms']:.2f}×, "
-            f"head load {g['growth']['head_ms']:.2f}×, old checkout {g['growth']['checkout_ms']:.2f}× "
+            f"**{label}** — last ÷ first filled checkpoint: "
+            f"append {g['growth']['append_ms']:.2f}×, head load {g['growth']['head_ms']:.2f}×, "
+            f"old checkout {g['growth']['checkout_ms']:.2f}× "
             "(target ≤ 1.5×: "
             + ("met" if max(g["growth"].values()) <= 1.5 else "**not met**")
             + ")",
             "",
-            "| sessions | events | size MB | bytes/event | append ms | head load ms | old checkout ms |",
+            "| sessions | events | size MB | bytes/event | append ms | head load ms "
+            "| old checkout ms |",
             "|--:|--:|--:|--:|--:|--:|--:|",
         ]
         for r in g["rows"]:
@@ -381,7 +384,8 @@ def render(res: dict[str, Any]) -> str:
         f"random chats for {rp['seconds']:.0f} s, through primary-only stores or through stores "
         f"with `replicas=[replica]`, the two alternating over {rp['rounds']} rounds (medians).",
         "",
-        "| readers | reads/s primary-only | reads/s via replica | × | appends/s (primary-only readers) | appends/s (replica readers) | × |",
+        "| readers | reads/s primary-only | reads/s via replica | × "
+        "| appends/s (primary-only readers) | appends/s (replica readers) | × |",
         "|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for n in (2, 4):
@@ -422,7 +426,9 @@ def _record(text: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the three parts and write ``benchmarks/out/scale.json`` and RESULTS.md."""
-    ap = argparse.ArgumentParser(prog="python -m benchmarks scale", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks scale", description=(__doc__ or "").split("\n")[0]
+    )
     ap.add_argument("--quick", action="store_true", help="smaller sizes, ~2 min")
     ap.add_argument("--fill-seconds", type=float, default=None, help="growth fill per schema")
     ap.add_argument("--no-record", action="store_true", help="do not rewrite RESULTS.md")

@@ -298,7 +298,7 @@ class SqlStorage(Storage):
         """Serialise concurrent migrations (PostgreSQL: an advisory lock)."""
 
     def _migration_options(self, conn: Connection) -> dict[str, Any]:
-        """Keyword options of :func:`~eventstore.storage.migrate.upgrade` (PostgreSQL: partitions)."""
+        """Options of :func:`~eventstore.storage.migrate.upgrade` (PostgreSQL: partitions)."""
         return {}
 
     # -- the one error mapper -----------------------------------------------------------
