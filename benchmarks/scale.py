@@ -4,7 +4,7 @@ Run (PostgreSQL and its streaming replica come from scripts/with-postgres)::
 
     scripts/with-postgres .venv/bin/python -m benchmarks scale             # ~8 min
     scripts/with-postgres .venv/bin/python -m benchmarks scale --quick     # ~2 min
-    ... --fill-seconds 300   # grow each schema for this long (default 120)
+    ... --fill-seconds 600   # grow the schemas for this long in all (default 240)
     ... --no-record          # do not rewrite the "## Scale" section of benchmarks/RESULTS.md
 
 Three parts, every figure against a baseline measured in the same run on the same server:
@@ -13,10 +13,11 @@ Three parts, every figure against a baseline measured in the same run on the sam
    pre-filled with the same sessions; then appends (one event per transaction, alternating
    blocks on a growing session), head loads of random sessions (alternating) and bytes per
    event (tables + indexes + snapshots). Target: partitioned within 10% of plain.
-2. **Growth.** Each schema (plain, partitioned) is filled with whole chat sessions for
-   ``--fill-seconds``; at every checkpoint the median latency of a one-event append, a head
-   load and a checkout of an old version is measured on random sessions. Target: flat —
-   the last checkpoint within 1.5x of the first.
+2. **Growth.** A plain and a partitioned schema are filled in turns with the same chat
+   sessions for ``--fill-seconds``; at every checkpoint the median latency of a one-event
+   append, a head load and a checkout of an old version is measured on random sessions,
+   the two schemas taking turns. Target: flat — the last filled checkpoint within 1.5x of
+   the first.
 3. **Replicas.** Reader processes load random sessions while writer processes append, for
    a fixed time, once through primary-only stores and once through stores with
    ``replicas=[replica]``; reads/s and appends/s of each. Plus the cost of read-your-writes:
@@ -93,15 +94,6 @@ def _size(url: str) -> tuple[int, int]:
     return int(events), int(total or 0)
 
 
-def _median_ms(fn: Callable[[], Any], n: int) -> float:
-    samples = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples) * 1e3
-
-
 def _fill(store: EventStore, prefix: str, sessions: int, seed: int, turns: int = 2) -> int:
     """Record ``sessions`` whole chats (one append each); the number of events."""
     n = 0
@@ -164,50 +156,79 @@ def compare_partitioned(admin: str, *, sessions: int, blocks: int) -> dict[str, 
 # ----------------------------------------------------------------------------- 2: growth
 
 
-def grow(admin: str, *, partitions: int, seconds: float, checkpoints: int) -> dict[str, Any]:
-    """Fill one schema with chats for ``seconds``; latencies at each checkpoint."""
-    tag = f"grow{partitions}"
-    with _schema(admin, tag) as url, EventStore(url, partitions=partitions) as store:
-        store.migrate()
-        rng = random.Random(partitions)
-        rows: list[dict[str, Any]] = []
+def _paired_ms(ops: dict[int, Callable[[], Any]], n: int) -> dict[int, float]:
+    """Median ms of each op, the ops taking turns one call at a time (same machine state)."""
+    samples: dict[int, list[float]] = {k: [] for k in ops}
+    for i in range(n):
+        keys = list(ops) if i % 2 == 0 else list(reversed(list(ops)))
+        for k in keys:
+            t0 = time.perf_counter()
+            ops[k]()
+            samples[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) * 1e3 for k, v in samples.items()}
+
+
+def grow(admin: str, *, counts: tuple[int, ...], seconds: float, checkpoints: int) -> list[Any]:
+    """Fill one schema per partition count with the same chats, in turns, for ``seconds``
+    in all; the latencies of each, measured in turns, at every checkpoint."""
+    with ExitStack() as stack:
+        urls = {n: stack.enter_context(_schema(admin, f"grow{n}")) for n in counts}
+        stores = {n: stack.enter_context(EventStore(urls[n], partitions=n)) for n in counts}
+        rows: dict[int, list[dict[str, Any]]] = {n: [] for n in counts}
+        for store in stores.values():
+            store.migrate()
+            # A few long-lived sessions that keep growing, like the chats in use right now.
+            for i in range(4):
+                store.append(f"live{i}", chat_session(1, seed=900 + i), actor="bench")
+        rng = random.Random(3)
         sessions = 0
-        events = 0
-        per_step = seconds / checkpoints
-        # A few long-lived sessions that keep growing, like the chats in use right now.
-        for i in range(4):
-            store.append(f"live{i}", chat_session(1, seed=900 + i), actor="bench")
         for step in range(checkpoints + 1):
             if step:
-                deadline = time.perf_counter() + per_step
+                deadline = time.perf_counter() + seconds / checkpoints
                 while time.perf_counter() < deadline:
-                    events += _fill(store, f"s{sessions}-", 20, seed=sessions)
+                    for store in stores.values():
+                        _fill(store, f"s{sessions}-", 20, seed=sessions)
                     sessions += 20
-            names = [f"s{rng.randrange(max(1, sessions // 20)) * 20}-{rng.randrange(20)}"
-                     for _ in range(60)] if sessions else [f"live{i}" for i in range(4)]
-            live = iter(range(10**9))
-            row = {
-                "sessions": sessions,
-                "events": _size(url)[0],
-                "bytes": _size(url)[1],
-                "append_ms": _median_ms(
-                    lambda: store.append(f"live{next(live) % 4}", [SEND]), 120
-                ),
-                "head_ms": _median_ms(lambda: store.load(rng.choice(names)), 120),
-                "checkout_ms": _median_ms(
-                    lambda: store.load(rng.choice(names), rng.randrange(1, 80)), 120
-                ),
+            names = (
+                [f"s{rng.randrange(sessions // 20) * 20}-{rng.randrange(20)}" for _ in range(60)]
+                if sessions
+                else [f"live{i}" for i in range(4)]
+            )
+            live = {n: iter(range(10**9)) for n in counts}
+            pick = {n: random.Random(step) for n in counts}  # the same sessions on each side
+
+            def append(n: int) -> Callable[[], Any]:
+                return lambda: stores[n].append(f"live{next(live[n]) % 4}", [SEND])
+
+            def head(n: int) -> Callable[[], Any]:
+                return lambda: stores[n].load(pick[n].choice(names))
+
+            def old(n: int) -> Callable[[], Any]:
+                return lambda: stores[n].load(pick[n].choice(names), pick[n].randrange(1, 80))
+
+            figures = {
+                name: _paired_ms({n: make(n) for n in counts}, 120)
+                for name, make in (("append_ms", append), ("head_ms", head), ("checkout_ms", old))
             }
-            rows.append(row)
-            print(f"  partitions={partitions} {row}", flush=True)
-    # The empty schema's figures are shown but not the baseline: the growth is measured from
-    # the first filled checkpoint to the last.
-    first, last = rows[1], rows[-1]
-    return {
-        "partitions": partitions,
-        "rows": rows,
-        "growth": {k: last[k] / first[k] for k in ("append_ms", "head_ms", "checkout_ms")},
-    }
+            for n in counts:
+                events, size = _size(urls[n])
+                row = {"sessions": sessions, "events": events, "bytes": size}
+                row.update({name: figures[name][n] for name in figures})
+                rows[n].append(row)
+                print(f"  partitions={n} {row}", flush=True)
+    out = []
+    for n in counts:
+        # The empty schema's figures are shown but are not the baseline: growth is measured
+        # from the first filled checkpoint to the last.
+        first, last = rows[n][1], rows[n][-1]
+        out.append(
+            {
+                "partitions": n,
+                "rows": rows[n],
+                "growth": {k: last[k] / first[k] for k in ("append_ms", "head_ms", "checkout_ms")},
+            }
+        )
+    return out
 
 
 # ----------------------------------------------------------------------------- 3: replicas
@@ -283,17 +304,24 @@ def replicas(
                 }
             print(f"  readers={readers} {runs}", flush=True)
         # Read-your-writes: append one event, then load the head, through one store.
-        with EventStore(url) as plain, EventStore(url, replicas=[replica_url]) as routed:
-            def ryw(store: EventStore, sid: str) -> Callable[[], Any]:
-                return lambda: (store.append(sid, [SEND]), store.load(sid))
+        with ExitStack() as stack:
+            stores = {
+                "primary_only": EventStore(url),
+                "replica": EventStore(url, replicas=[replica_url]),
+                "replica_wait0": EventStore(url, replicas=[replica_url], replica_wait=0),
+            }
+            for store in stores.values():
+                stack.enter_context(store)
 
-            out["ryw_ms"] = {"primary_only": [], "replica": []}
-            for _ in range(5):
-                out["ryw_ms"]["primary_only"].append(_median_ms(ryw(plain, "ryw-a"), 40))
-                out["ryw_ms"]["replica"].append(_median_ms(ryw(routed, "ryw-b"), 40))
-            out["ryw_ms"] = {k: statistics.median(v) for k, v in out["ryw_ms"].items()}
-            storage = routed._storage
-            out["ryw_served"] = dict(getattr(storage, "reads", {}))
+            def ryw(name: str) -> Callable[[], Any]:
+                store = stores[name]
+                return lambda: (store.append(f"ryw-{name}", [SEND]), store.load(f"ryw-{name}"))
+
+            ryw_ms = _paired_ms({i: ryw(name) for i, name in enumerate(stores)}, 200)
+            out["ryw_ms"] = {name: ryw_ms[i] for i, name in enumerate(stores)}
+            out["ryw_served"] = {
+                name: dict(getattr(store._storage, "reads", {})) for name, store in stores.items()
+            }
     return out
 
 
@@ -348,10 +376,12 @@ def render(res: dict[str, Any]) -> str:
         "",
         "### Growth",
         "",
-        f"Each schema filled with whole chats (`chat_session(2)`, ≈172 events, one append each) "
-        f"for {res['fill_seconds']:.0f} s, the most this machine writes in the benchmark's "
-        "budget; at each checkpoint the median of 120 one-event appends (to 4 live chats), "
-        "120 head loads and 120 checkouts of an old version (1–80) of random chats.",
+        "A plain and a partitioned schema filled in turns with the same whole chats "
+        "(`chat_session(2)`, ≈172 events, one append each) for "
+        f"{res['fill_seconds']:.0f} s in all, the most this machine writes in the benchmark's "
+        "budget (size on disk below); at each checkpoint the median of 120 one-event appends "
+        "(to 4 live chats), 120 head loads and 120 checkouts of an old version (1–80) of "
+        "random chats, the two schemas taking turns call by call.",
         "",
     ]
     for g in res["growth"]:
@@ -395,14 +425,18 @@ def render(res: dict[str, Any]) -> str:
             f"{b['reads_per_s'] / a['reads_per_s']:.2f}× | {a['writes_per_s']:.0f} | "
             f"{b['writes_per_s']:.0f} | {b['writes_per_s'] / a['writes_per_s']:.2f}× |"
         )
-    ryw = rp["ryw_ms"]
+    ryw, served = rp["ryw_ms"], rp["ryw_served"]
     lines += [
         "",
-        f"Read-your-writes (append one event, then load the head, through one store): "
-        f"{ryw['primary_only']:.2f} ms primary-only, {ryw['replica']:.2f} ms with the replica "
-        f"({ryw['replica'] / ryw['primary_only']:.2f}×: one round trip for the primary's WAL "
-        f"position, one probe of the replica, and the wait for its replay); reads served "
-        f"{rp['ryw_served']}.",
+        "Read-your-writes — append one event, then load the head, through one store, the "
+        f"three stores taking turns: {ryw['primary_only']:.2f} ms primary-only; "
+        f"{ryw['replica']:.2f} ms with the replica ({ryw['replica'] / ryw['primary_only']:.2f}×; "
+        f"loads served {served['replica']}): the primary's WAL position, a probe of the "
+        "replica, and the wait until it has received, flushed and replayed the append; "
+        f"{ryw['replica_wait0']:.2f} ms with `replica_wait=0` "
+        f"({ryw['replica_wait0'] / ryw['primary_only']:.2f}×; loads served "
+        f"{served['replica_wait0']}): a read the replica cannot serve at once goes to the "
+        "primary.",
         "",
         "How to read it: on this machine the primary, the replica and every client share the "
         "same 2 cores, so a replica cannot add capacity here — what the table shows is that "
@@ -439,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
         print("run through scripts/with-postgres (it starts the server and its replica)")
         return 2
     quick = args.quick
-    fill = args.fill_seconds or (20.0 if quick else 120.0)
+    fill = args.fill_seconds or (30.0 if quick else 240.0)
     with psycopg.connect(_dsn(admin)) as conn:
         (server,) = conn.execute("SELECT version()").fetchone()  # type: ignore[misc]
     st = os.statvfs("/tmp")
@@ -457,9 +491,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"  {res['compare']}", flush=True)
     print("growth", flush=True)
-    res["growth"] = [
-        grow(admin, partitions=n, seconds=fill, checkpoints=4) for n in (0, PARTITIONS)
-    ]
+    res["growth"] = grow(admin, counts=(0, PARTITIONS), seconds=fill, checkpoints=4)
     print("replicas", flush=True)
     res["replicas"] = replicas(
         admin, replica, sessions=100 if quick else 300, seconds=4.0 if quick else 8.0,
