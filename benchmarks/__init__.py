@@ -20,5 +20,6 @@ BENCHMARKS: list[str] = [
     "report",
     "soak",  # reliability audit; 10 s per backend by default (--seconds N for a real soak)
     "startup",  # CLI start-up and long-log output, before/after against a git revision
+    "scale",  # partitions vs plain, growth, replicas; needs the replica of scripts/with-postgres
 ]
 """Benchmark modules run, in this order, by ``python -m benchmarks all``."""

@@ -96,6 +96,12 @@ class EventStore:
         return self._engine.storage.dialect
 
     @property
+    def read_counts(self) -> dict[str, int]:
+        """How many reads went to a replica and how many to the primary (``{}`` for a
+        store without ``replicas``): for monitoring, and to see that reads are offloaded."""
+        return dict(getattr(self._engine.storage, "reads", {}))
+
+    @property
     def snapshot_every(self) -> int:
         """How often (in versions) the state is stored as a snapshot."""
         return self._engine.snapshot_every

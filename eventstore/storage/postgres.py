@@ -15,13 +15,14 @@ from typing import Any
 
 import psycopg
 import psycopg.errors
-from sqlalchemy import Connection, create_engine, event, func, select
+from sqlalchemy import Connection, create_engine, event, func, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DisconnectionError
 
+from ..errors import SchemaError, StorageError
 from .base import DIGEST_SIZE, EventRow, LoadParts, SnapshotRow
-from .sql import ErrorKind, SqlStorage, session_row
+from .sql import Compiled, ErrorKind, SqlStorage, session_row
 
 __all__ = [
     "PostgresStorage",
@@ -29,6 +30,9 @@ __all__ = [
     "DROP_IMMUTABILITY_DDL_V1",
     "audit_ddl_v2",
     "DROP_AUDIT_DDL_V2",
+    "PARTITION_SETTING",
+    "MAX_PARTITIONS",
+    "hash_partitions_ddl",
 ]
 
 # pg_advisory_xact_lock key for migrations: crc32(b"eventstore-migrate").
@@ -104,6 +108,69 @@ def audit_ddl_v2(schema: str) -> tuple[str, ...]:
 
 #: Undoes :func:`audit_ddl_v2`: the guard of revision 0001.
 DROP_AUDIT_DDL_V2 = (_guard_function("compaction_permits"),)
+
+#: The server setting that asks `migrate` for session-partitioned tables when the
+#: `partitions` option is not given (``ALTER DATABASE db SET eventstore.partitions = 16``,
+#: or ``options=-c eventstore.partitions=16`` in the URL).
+PARTITION_SETTING = "eventstore.partitions"
+#: The most hash partitions `migrate` creates (each one costs planning time).
+MAX_PARTITIONS = 1024
+
+# Whether the `events` table on the search path is partitioned, and into how many parts.
+_PARTITION_STATE = text(
+    "SELECT c.relkind = 'p', (SELECT count(*) FROM pg_inherits i WHERE i.inhparent = c.oid) "
+    "FROM pg_class c WHERE c.oid = to_regclass('events')"
+)
+
+
+# A partition's copies of the events' keys get names of PostgreSQL's choosing.
+_PARTITION_PK = re.compile(r"events_p\d+_pkey")
+_PARTITION_EVENT_ID = re.compile(r"events_p\d+_session_pk_event_id_idx")
+
+
+def hash_partitions_ddl(table: str, n: int) -> list[str]:
+    """The partitions of a table created ``PARTITION BY HASH (session_pk)``: ``table_p00``...
+
+    Each session's rows live in exactly one partition, chosen by the hash of its key.
+    The events' partitions get the TRUNCATE guard too: a statement trigger on the parent
+    does not fire for a TRUNCATE of one partition.
+    """
+    width = len(str(n - 1))
+    out: list[str] = []
+    for i in range(n):
+        part = f"{table}_p{i:0{width}d}"
+        # Names from a constant and an integer, never from input.
+        out.append(
+            f"CREATE TABLE {part} PARTITION OF {table} "
+            f"FOR VALUES WITH (MODULUS {n}, REMAINDER {i})"
+        )
+        if table == "events":
+            out.append(
+                f"CREATE TRIGGER events_no_truncate BEFORE TRUNCATE ON {part} "
+                "FOR EACH STATEMENT EXECUTE FUNCTION eventstore_events_guard()"
+            )
+    return out
+
+
+def _partition_count(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise StorageError(f"{where} must be a whole number of partitions, not {value!r}")
+    if not 0 <= value <= MAX_PARTITIONS:
+        raise StorageError(f"{where} must be between 0 and {MAX_PARTITIONS}, not {value}")
+    return value
+
+
+def _partition_setting(value: str | None) -> int:
+    """The server's ``eventstore.partitions`` (unset or empty: 0)."""
+    text_value = (value or "").strip()
+    if not text_value:
+        return 0
+    if not text_value.isdigit():
+        raise StorageError(
+            f"{PARTITION_SETTING} must be a whole number of partitions, not {text_value!r}"
+        )
+    return _partition_count(int(text_value), PARTITION_SETTING)
+
 
 # One statement, one round trip, its own transaction (run in autocommit): move the head
 # only if it is still what the writer saw (the version check built in; the UPDATE takes
@@ -232,7 +299,11 @@ class PostgresStorage(SqlStorage):
         pool_size: int = 5,
         echo: bool = False,
         ping_after_idle_s: float = 0.5,
+        partitions: int = 0,
     ) -> None:
+        #: hash partitions by session that `migrate` creates the event and snapshot
+        #: tables with (0: plain tables, or the server's ``eventstore.partitions``).
+        self.partitions = _partition_count(partitions, "partitions")
         u = make_url(url)
         if u.drivername in ("postgresql", "postgres"):
             u = u.set(drivername="postgresql+psycopg")  # psycopg 3, not the psycopg2 default
@@ -387,6 +458,30 @@ class PostgresStorage(SqlStorage):
         finally:
             fairy.close()
 
+    def fetch_one(self, q: Compiled, params: Mapping[str, Any] | None = None) -> Any:
+        """The first row of one compiled statement, run alone in autocommit (``None``: no row).
+
+        For small statements outside any transaction (a server's WAL position, a replica's
+        replay state): one round trip, no BEGIN/COMMIT, errors mapped as everywhere.
+        """
+        with self._errors(), self._autocommit(hot=True) as cur:
+            cur.execute(q.sql, q.args(params or {}))
+            return cur.fetchone()
+
+    def _migration_options(self, conn: Connection) -> dict[str, Any]:
+        n = self.partitions or _partition_setting(
+            conn.execute(select(func.current_setting(PARTITION_SETTING, True))).scalar()
+        )
+        state = conn.execute(_PARTITION_STATE).first()
+        if n and state is not None and (not state[0] or state[1] != n):
+            # The tables exist: turning them into partitioned ones is a data migration.
+            have = f"{state[1]} partitions" if state[0] else "no partitions"
+            raise SchemaError(
+                f"the database {self.safe_url} already has its event tables with {have}, "
+                f"not {n}; see docs/scaling.md to move them"
+            )
+        return {"partitions": n}
+
     def _lock_clause(self, stmt: Any) -> Any:
         return stmt.with_for_update()
 
@@ -404,9 +499,11 @@ class PostgresStorage(SqlStorage):
     def _classify(self, orig: BaseException | None, invalidated: bool) -> ErrorKind:
         if isinstance(orig, psycopg.errors.UniqueViolation):
             constraint = getattr(orig.diag, "constraint_name", None) or ""
-            if constraint == "pk_events":
+            if constraint == "pk_events" or _PARTITION_PK.fullmatch(constraint):
                 return ErrorKind.VERSION_TAKEN
-            if constraint == "ix_events_session_pk_event_id":
+            if constraint == "ix_events_session_pk_event_id" or _PARTITION_EVENT_ID.fullmatch(
+                constraint
+            ):
                 return ErrorKind.EVENT_ID_TAKEN
             return ErrorKind.OTHER
         if isinstance(orig, psycopg.errors.UndefinedTable):
