@@ -71,6 +71,7 @@ from eventstore.reducer import (
     resumable,
     session_reducer,
 )
+from eventstore.asyncstore import AsyncEventStore
 from eventstore.store import EventStore
 from eventstore.timetravel import ReplayStep
 from eventstore.transfer import ImportResult
@@ -81,6 +82,7 @@ __version__ = "0.1.0"
 __all__ = [
     # the store
     "EventStore",
+    "AsyncEventStore",
     "AppendResult",
     "RecordedEvent",
     "SessionInfo",

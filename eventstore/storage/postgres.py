@@ -18,6 +18,8 @@ from sqlalchemy import Connection, create_engine, event, func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.util import await_
 
 from .base import DIGEST_SIZE, EventRow, LoadParts, SnapshotRow
 from .sql import ErrorKind, SqlStorage, session_row
@@ -213,6 +215,38 @@ def _is_config_error(exc: BaseException) -> bool:
     return any(phrase in text for phrase in _CONFIG_ERRORS)
 
 
+class _AwaitedCursor:
+    """A psycopg ``AsyncCursor`` driven from sync code inside a greenlet: each call awaits
+    on the event loop (SQLAlchemy's ``await_``), so the hot statements keep their psycopg
+    options (``binary=``, ``prepare=``) on both engines."""
+
+    __slots__ = ("_cur",)
+
+    def __init__(self, cur: Any) -> None:
+        self._cur = cur
+
+    def __enter__(self) -> _AwaitedCursor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        await_(self._cur.close())
+
+    @property
+    def description(self) -> Any:
+        return self._cur.description
+
+    @property
+    def rowcount(self) -> int:
+        return int(self._cur.rowcount)
+
+    def execute(self, query: str, params: Any = None, **options: Any) -> _AwaitedCursor:
+        await_(self._cur.execute(query, params, **options))
+        return self
+
+    def fetchone(self) -> Any:
+        return await_(self._cur.fetchone())
+
+
 class PostgresStorage(SqlStorage):
     """Storage on PostgreSQL (``postgresql+psycopg://user:pw@host/db``)."""
 
@@ -223,13 +257,37 @@ class PostgresStorage(SqlStorage):
         url: str,
         *,
         pool_size: int = 5,
+        max_overflow: int = 10,
+        pool_timeout: float = 30.0,
+        connect_timeout: int | None = None,
+        prepare_threshold: int | None = 5,
         echo: bool = False,
         ping_after_idle_s: float = 0.5,
+        use_asyncio: bool = False,
     ) -> None:
         u = make_url(url)
         if u.drivername in ("postgresql", "postgres"):
             u = u.set(drivername="postgresql+psycopg")  # psycopg 3, not the psycopg2 default
-        engine = create_engine(u, pool_size=pool_size, echo=echo)
+        connect_args: dict[str, Any] = {"prepare_threshold": prepare_threshold}
+        if connect_timeout is not None:
+            connect_args["connect_timeout"] = connect_timeout
+        options: dict[str, Any] = {
+            "pool_size": pool_size,
+            "max_overflow": max_overflow,
+            "pool_timeout": pool_timeout,
+            "connect_args": connect_args,
+            "echo": echo,
+        }
+        # With use_asyncio the engine is the sync face of an asyncio engine over psycopg's
+        # AsyncConnection: it is used inside a greenlet (see eventstore.asyncstore), and
+        # every round trip awaits on the event loop.
+        if use_asyncio:
+            engine = create_async_engine(u, **options).sync_engine
+        else:
+            engine = create_engine(u, **options)
+        self._asyncio = use_asyncio
+        # PgBouncer in transaction mode: no prepared statement at all, not even the load's.
+        self._prepare_load = prepare_threshold is not None
         self._ping_after = float(ping_after_idle_s)
         # Pooled connections checked in before this (monotonic) instant are suspect: a
         # connection failed since, so the server may have dropped them all.
@@ -265,7 +323,7 @@ class PostgresStorage(SqlStorage):
             getattr(self._hot, "active", False)
             and time.monotonic() - since <= self._ping_after
             and since > self._suspect_before
-            and not _readable(dbapi_conn)
+            and not _readable(record.driver_connection)
         ):
             return
         try:
@@ -365,13 +423,14 @@ class PostgresStorage(SqlStorage):
             self._hot.active = False
         try:
             pg: Any = fairy.driver_connection
-            pg.autocommit = True
+            self._set_autocommit(pg, True)
             try:
-                with pg.cursor() as cur:  # a psycopg cursor: binary=, %b, prepare=
+                # A psycopg cursor (binary=, %b, prepare=); an AsyncCursor awaited in place.
+                with pg.cursor() if not self._asyncio else _AwaitedCursor(pg.cursor()) as cur:
                     yield cur
             finally:
                 if not (pg.closed or pg.broken):  # a broken one is replaced at checkout
-                    pg.autocommit = False
+                    self._set_autocommit(pg, False)
         except psycopg.OperationalError:
             # Drop the connection here: returned to the pool, it would be rolled back
             # first, and that fails on a dead socket with an ERROR log and a traceback.
@@ -379,6 +438,12 @@ class PostgresStorage(SqlStorage):
             raise
         finally:
             fairy.close()
+
+    def _set_autocommit(self, pg: Any, on: bool) -> None:
+        if self._asyncio:
+            await_(pg.set_autocommit(on))
+        else:
+            pg.autocommit = on
 
     def _lock_clause(self, stmt: Any) -> Any:
         return stmt.with_for_update()
@@ -454,7 +519,7 @@ class PostgresStorage(SqlStorage):
         with self._autocommit(hot=hot) as cur:
             # Prepared at its first use on a connection, not the sixth: a cold load then
             # skips parsing and analysing the statement every time.
-            cur.execute(_LOAD, params, binary=True, prepare=True)
+            cur.execute(_LOAD, params, binary=True, prepare=self._prepare_load or None)
             return cur.fetchone()
 
 
