@@ -131,7 +131,8 @@ def _async_engine(url: str, echo: bool, pool_size: int) -> Engine:
         return create_async_engine(
             u, echo=echo, poolclass=AsyncAdaptedQueuePool, pool_size=1, max_overflow=0
         ).sync_engine
-    return create_async_engine(u, echo=echo, pool_size=pool_size).sync_engine
+    # No overflow: SQLite has one writer, and every connection is a thread of its own.
+    return create_async_engine(u, echo=echo, pool_size=pool_size, max_overflow=0).sync_engine
 
 
 class SQLiteStorage(SqlStorage):
