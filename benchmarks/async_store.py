@@ -23,6 +23,7 @@ import asyncio
 import json
 import os
 import statistics
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -101,12 +102,30 @@ async def _drive(writers: int, seconds: float, append: Writer) -> int:
     return sum(counts)
 
 
+def _loop_thread_schedstat() -> tuple[int, int]:
+    """Nanoseconds the calling thread spent on a CPU and waiting in a run queue (Linux)."""
+    try:
+        with open(f"/proc/self/task/{threading.get_native_id()}/schedstat") as f:
+            on_cpu, waiting, _ = f.read().split()
+        return int(on_cpu), int(waiting)
+    except (OSError, ValueError):
+        return 0, 0
+
+
 async def _measure(writers: int, seconds: float, append: Writer) -> dict[str, float]:
     await _drive(writers, min(0.5, seconds / 4), append)  # connect, warm caches
-    cpu0, t0 = time.process_time(), time.perf_counter()
+    cpu0, t0, s0 = time.process_time(), time.perf_counter(), _loop_thread_schedstat()
     n = await _drive(writers, seconds, append)
-    cpu, wall = time.process_time() - cpu0, time.perf_counter() - t0
-    return {"appends": n, "per_s": n / wall, "cpu_ms": 1000 * cpu / max(n, 1)}
+    cpu, wall, s1 = time.process_time() - cpu0, time.perf_counter() - t0, _loop_thread_schedstat()
+    return {
+        "appends": n,
+        "per_s": n / wall,
+        "cpu_ms": 1000 * cpu / max(n, 1),
+        # The event loop's thread: share of the time it ran, and waited for a CPU to run on
+        # (together ≈ 1: the loop was never idle; its work, not the database, set the pace).
+        "loop_on_cpu": (s1[0] - s0[0]) / 1e9 / wall,
+        "loop_waiting": (s1[1] - s0[1]) / 1e9 / wall,
+    }
 
 
 def _action(i: int) -> dict[str, Any]:
@@ -147,6 +166,8 @@ async def _raw(url: str, writers: int, seconds: float) -> dict[str, float]:
             await c.close()
 
 
+FIGURES = ("per_s", "cpu_ms", "loop_on_cpu", "loop_waiting")
+
 TARGETS: dict[str, Callable[[str, int, float], Awaitable[dict[str, float]]]] = {
     "async": _async_store,
     "sync": _sync_in_threads,
@@ -170,10 +191,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 for name in order:
                     fig = asyncio.run(TARGETS[name](url, w, args.seconds))
                     cells[str(w)][name].append(fig)
-                    print(f"W={w} round {r} {name}: {fig['per_s']:.0f}/s, {fig['cpu_ms']:.3f} ms CPU/append", flush=True)
+                    print(
+                        f"W={w} round {r} {name}: {fig['per_s']:.0f}/s, {fig['cpu_ms']:.3f} ms CPU/append, "
+                        f"loop thread {fig['loop_on_cpu']:.0%} running + {fig['loop_waiting']:.0%} waiting",
+                        flush=True,
+                    )
     med = {
         w: {
-            n: {k: statistics.median(f[k] for f in figs) for k in ("per_s", "cpu_ms")}
+            n: {k: statistics.median(f[k] for f in figs) for k in FIGURES}
             for n, figs in by.items()
         }
         for w, by in cells.items()
@@ -202,15 +227,17 @@ def render(res: dict[str, Any], command: str) -> str:
         "Throughput ratios are against the figures of the same run; CPU is this process's (all threads).",
         "",
         "| W | async store (appends/s) | sync store in a thread pool | raw psycopg async "
-        "| async ÷ thread-pool sync | async ÷ raw | CPU/append async | CPU/append sync | CPU/append raw |",
-        "|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+        "| async ÷ thread-pool sync | async ÷ raw | CPU/append async | CPU/append sync | CPU/append raw "
+        "| async loop thread: running + waiting for a CPU |",
+        "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for w, by in res["median"].items():
         a, s, r = by["async"], by["sync"], by["raw"]
         lines.append(
             f"| {w} | {a['per_s']:,.0f} | {s['per_s']:,.0f} | {r['per_s']:,.0f} "
             f"| **{a['per_s'] / s['per_s']:.2f}×** | {a['per_s'] / r['per_s']:.2f}× "
-            f"| {a['cpu_ms']:.3f} ms | {s['cpu_ms']:.3f} ms | {r['cpu_ms']:.3f} ms |"
+            f"| {a['cpu_ms']:.3f} ms | {s['cpu_ms']:.3f} ms | {r['cpu_ms']:.3f} ms "
+            f"| {a['loop_on_cpu']:.0%} + {a['loop_waiting']:.0%} |"
         )
     return "\n".join(lines) + "\n"
 
