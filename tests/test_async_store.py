@@ -8,6 +8,7 @@ tests/conftest.py and tests/twins.py); this file holds what only the async form 
 from __future__ import annotations
 
 import asyncio
+import gc
 import inspect
 import random
 import threading
@@ -18,6 +19,7 @@ from typing import Any, TypeVar
 
 import psycopg
 import pytest
+from sqlalchemy.util import await_
 
 from conftest import make_store
 from eventstore import AsyncEventStore, ConcurrencyError, EventStore, SessionNotFound, StorageError
@@ -294,6 +296,28 @@ def test_close_ends_the_sqlite_connection_threads(tmp_path: Any) -> None:
     assert threading.active_count() == before
 
 
+def _prepared_on_every_connection(app: str) -> int:
+    """Statements prepared on every live psycopg connection of this process whose
+    ``application_name`` is ``app`` (the pool's and the async store's own), as the server
+    reports them. Runs inside a greenlet when the connections are async ones."""
+    total = 0
+    conns = [
+        o for o in gc.get_objects()
+        if isinstance(o, (psycopg.Connection, psycopg.AsyncConnection))
+        and not o.closed
+        and o.info.parameter_status("application_name") == app
+    ]
+    assert conns
+    for conn in conns:
+        sql = "SELECT count(*) FROM pg_prepared_statements"
+        if isinstance(conn, psycopg.AsyncConnection):
+            row = await_(await_(conn.execute(sql)).fetchone())
+        else:
+            row = conn.execute(sql).fetchone()
+        total += int(row[0])
+    return total
+
+
 @pytest.mark.parametrize("twin", ["sync", "async"])
 @pytest.mark.parametrize("prepare_threshold", [5, None])
 def test_prepare_threshold_none_prepares_no_statement(
@@ -301,9 +325,10 @@ def test_prepare_threshold_none_prepares_no_statement(
 ) -> None:
     """What PgBouncer's transaction mode needs: no prepared statement on any connection,
     not even the load's (prepared explicitly otherwise)."""
+    app = f"es-{uuid.uuid4().hex[:12]}"
     engine = Engine(
-        pg_schema, pool_size=1, max_overflow=0, prepare_threshold=prepare_threshold,
-        use_asyncio=twin == "async",
+        f"{pg_schema}&application_name={app}", pool_size=1, max_overflow=0,
+        prepare_threshold=prepare_threshold, use_asyncio=twin == "async",
     )
 
     def work() -> int:
@@ -313,10 +338,12 @@ def test_prepare_threshold_none_prepares_no_statement(
             engine.load("s1")
             engine.load("s1", i // 2 + 1)
             engine.head("s1")
-        with engine.storage.engine.connect() as conn:  # type: ignore[attr-defined]
-            n = conn.exec_driver_sql("SELECT count(*) FROM pg_prepared_statements").scalar()
-        engine.close()
-        return int(n or 0)
+        engine.branch("s1", at=3, new_id=f"b{i}")
+        engine.load(f"b{i}")
+        try:
+            return _prepared_on_every_connection(app)
+        finally:
+            engine.close()
 
     prepared = asyncio.run(run(work)) if twin == "async" else work()
     if prepare_threshold is None:

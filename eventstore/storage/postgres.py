@@ -5,11 +5,14 @@ This is the only module that imports psycopg.
 
 from __future__ import annotations
 
+import asyncio
 import select as _select
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 import psycopg
@@ -180,6 +183,7 @@ _RETRYABLE = (
 
 
 _CHECKED_IN = "eventstore_checked_in"
+_IDLE = psycopg.pq.TransactionStatus.IDLE
 
 
 def _on_checkin(_dbapi_conn: Any, record: Any) -> None:
@@ -215,6 +219,83 @@ def _is_config_error(exc: BaseException) -> bool:
     return any(phrase in text for phrase in _CONFIG_ERRORS)
 
 
+class _HotConnections:
+    """The async engine's autocommit connections for its one-statement appends and loads.
+
+    Used from engine code running in a greenlet (see :mod:`eventstore.aio`), on one event
+    loop. The connections stay in autocommit, so a statement costs one awaited round trip
+    and nothing else: no pool events, no autocommit switching, no reset on return (what
+    the SQLAlchemy pool would add, about as much client CPU as psycopg's own work). At most
+    ``size`` are open; a caller beyond that waits for one to come back. A connection that
+    sat idle longer than ``ping_after`` seconds, or whose socket has something to read, is
+    pinged first and replaced when dead, as the sync pool's checkout does.
+    """
+
+    def __init__(self, connect: Any, size: int, ping_after: float) -> None:
+        self._connect = connect
+        self._size = size
+        self._ping_after = ping_after
+        self._idle: list[tuple[Any, float]] = []
+        self._open = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    def get(self) -> Any:
+        """A live connection (awaits on the loop when one must be opened or waited for)."""
+        while True:
+            if self._idle:
+                conn, since = self._idle.pop()
+                if conn.closed or conn.broken:
+                    self._open -= 1
+                    continue
+                if time.monotonic() - since > self._ping_after or _readable(conn):
+                    try:
+                        await_(conn.execute(""))
+                    except psycopg.Error:
+                        self._discard(conn)
+                        continue
+                return conn
+            if self._open < self._size:
+                self._open += 1
+                try:
+                    return await_(self._connect())
+                except BaseException:
+                    self._open -= 1
+                    self._wake()
+                    raise
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            await_(waiter)
+
+    def put(self, conn: Any, ok: bool) -> None:
+        """Return a connection; ``ok=False`` (a failed or cancelled statement) drops it."""
+        if ok and not (conn.closed or conn.broken) and conn.info.transaction_status == _IDLE:
+            self._idle.append((conn, time.monotonic()))
+        else:
+            self._discard(conn)
+        self._wake()
+
+    def _discard(self, conn: Any) -> None:
+        self._open -= 1
+        try:
+            await_(conn.close())
+        except psycopg.Error:
+            pass
+
+    def _wake(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def close(self) -> None:
+        """Close every idle connection (the rest close as they come back)."""
+        idle, self._idle = self._idle, []
+        self._size = 0
+        for conn, _ in idle:
+            self._discard(conn)
+
+
 class _AwaitedCursor:
     """A psycopg ``AsyncCursor`` driven from sync code inside a greenlet: each call awaits
     on the event loop (SQLAlchemy's ``await_``), so the hot statements keep their psycopg
@@ -229,7 +310,8 @@ class _AwaitedCursor:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        await_(self._cur.close())
+        # A client-side cursor holds nothing on the server: dropping it is enough.
+        self._cur = None
 
     @property
     def description(self) -> Any:
@@ -281,8 +363,19 @@ class PostgresStorage(SqlStorage):
         # With use_asyncio the engine is the sync face of an asyncio engine over psycopg's
         # AsyncConnection: it is used inside a greenlet (see eventstore.asyncstore), and
         # every round trip awaits on the event loop.
+        self._hot_pool: _HotConnections | None = None
         if use_asyncio:
             engine = create_async_engine(u, **options).sync_engine
+            cargs, cparams = engine.dialect.create_connect_args(engine.url)
+            self._hot_pool = _HotConnections(
+                partial(
+                    psycopg.AsyncConnection.connect,
+                    *cargs,
+                    **{**cparams, **connect_args, "autocommit": True},
+                ),
+                pool_size,
+                float(ping_after_idle_s),
+            )
         else:
             engine = create_engine(u, **options)
         self._asyncio = use_asyncio
@@ -416,6 +509,10 @@ class PostgresStorage(SqlStorage):
         spares the BEGIN and COMMIT round trips. No SQLAlchemy Connection is built around
         it. ``hot``: check the connection out without the pre-ping (see :meth:`_on_checkout`).
         """
+        if self._hot_pool is not None:
+            with self._hot_cursor(self._hot_pool) as cur:
+                yield cur
+            return
         self._hot.active = hot
         try:
             fairy = self.engine.raw_connection()
@@ -438,6 +535,28 @@ class PostgresStorage(SqlStorage):
             raise
         finally:
             fairy.close()
+
+    @contextmanager
+    def _hot_cursor(self, pool: _HotConnections) -> Iterator[Any]:
+        conn = pool.get()
+        ok = False
+        try:
+            with _AwaitedCursor(conn.cursor()) as cur:
+                yield cur
+            ok = True
+        except psycopg.OperationalError:
+            self._suspect_before = time.monotonic()
+            raise
+        except psycopg.Error:
+            ok = True  # a constraint or data error: the connection itself is fine
+            raise
+        finally:
+            pool.put(conn, ok)
+
+    def close(self) -> None:
+        if self._hot_pool is not None:
+            self._hot_pool.close()
+        super().close()
 
     def _set_autocommit(self, pg: Any, on: bool) -> None:
         if self._asyncio:
