@@ -239,6 +239,24 @@ def render(res: dict[str, Any], command: str) -> str:
             f"| {a['cpu_ms']:.3f} ms | {s['cpu_ms']:.3f} ms | {r['cpu_ms']:.3f} ms "
             f"| {a['loop_on_cpu']:.0%} + {a['loop_waiting']:.0%} |"
         )
+    top = res["median"][max(res["median"], key=int)]
+    a, s = top["async"], top["sync"]
+    ratio = a["per_s"] / s["per_s"]
+    lines += [
+        "",
+        f"Targets at W = {max(res['median'], key=int)}: async ≥ 1.5× the thread-pool sync store — "
+        f"**{'met' if ratio >= 1.5 else 'not met'}** ({ratio:.2f}×); client CPU per append no worse than "
+        f"the sync store's — **{'met' if a['cpu_ms'] <= s['cpu_ms'] else 'not met'}** "
+        f"({a['cpu_ms']:.3f} ms against {s['cpu_ms']:.3f} ms).",
+        "",
+        "The last column says what set the async store's pace: the share of the time its event loop's",
+        "thread was running, and was runnable but waiting for a CPU (Linux schedstat). When the two add",
+        "up to about 100 % the loop was never idle waiting for the database: throughput is then client",
+        "CPU per append divided into the CPU time the machine gives one thread. A thread pool of W",
+        "workers competes for the CPUs with W threads, so on a machine shared with other busy processes",
+        "it gets a larger share than a single event loop does; on an idle machine both are bound by",
+        "the same one core of Python (the GIL), and the ratio follows the CPU per append.",
+    ]
     return "\n".join(lines) + "\n"
 
 

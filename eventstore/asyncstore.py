@@ -53,6 +53,8 @@ class AsyncEventStore:
     ``busy_timeout_ms`` and ``pool_size`` on SQLite). Both forms may work on the same
     database at the same time.
 
+    On PostgreSQL the one-statement appends and loads run on up to ``pool_size``
+    connections of their own, kept in autocommit, besides the pool the transactions use.
     The store opens no connection until first used. Use it with ``async with``, or
     ``await close()``, to release its connections.
 
