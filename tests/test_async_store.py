@@ -281,6 +281,42 @@ def test_async_with_and_close_release_every_connection(pg_schema: str) -> None:
     assert _backends_of(dsn, app) == 0
 
 
+def test_loads_survive_terminated_connections_and_appends_fail_retryably(pg_schema: str) -> None:
+    """The server drops every connection of the store (a restart, a failover, an idle
+    timeout): a load still succeeds, an append either succeeds or fails retryably, and the
+    next append succeeds; a closed store refuses further use."""
+    app = f"es-{uuid.uuid4().hex[:12]}"
+    dsn = pg_schema.split("?")[0].replace("postgresql+psycopg://", "postgresql://", 1)
+
+    def kill_all() -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+                (app,),
+            )
+
+    async def scenario() -> None:
+        store = await _opened(f"{pg_schema}&application_name={app}")
+        await asyncio.gather(*(store.append(f"s{i}", [_send("u-0")]) for i in range(4)))
+        kill_all()
+        await asyncio.sleep(0.05)
+        assert [len((await store.load(f"s{i}")).messages) for i in range(4)] == [1, 1, 1, 1]
+        kill_all()
+        await asyncio.sleep(0.05)
+        for i in range(4):
+            try:
+                await store.append(f"s{i}", [_send("u-1")], event_ids=["e-1"])
+            except StorageError as exc:
+                assert exc.retryable
+                await store.append(f"s{i}", [_send("u-1")], event_ids=["e-1"])
+        assert [await store.head(f"s{i}") for i in range(4)] == [2, 2, 2, 2]
+        await store.close()
+        with pytest.raises(StorageError):
+            await store.load("s0")
+
+    asyncio.run(scenario())
+
+
 def test_close_ends_the_sqlite_connection_threads(tmp_path: Any) -> None:
     before = threading.active_count()
 

@@ -24,6 +24,7 @@ from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.util import await_
 
+from ..errors import StorageError
 from .base import DIGEST_SIZE, EventRow, LoadParts, SnapshotRow
 from .sql import ErrorKind, SqlStorage, session_row
 
@@ -238,16 +239,33 @@ class _HotConnections:
         self._idle: list[tuple[Any, float]] = []
         self._open = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
+        self._closed = False
 
-    def get(self) -> Any:
-        """A live connection (awaits on the loop when one must be opened or waited for)."""
+    def get(self, *, suspect_before: float, ping: bool) -> Any:
+        """A live connection (awaits on the loop when one must be opened or waited for).
+
+        Args:
+            suspect_before: connections checked in before this (monotonic) instant are
+                pinged (a connection failed since: the server may have dropped them all).
+            ping: ping whatever connection is handed out.
+
+        Raises:
+            StorageError: the store was closed.
+        """
         while True:
+            if self._closed:
+                raise StorageError("the store is closed", retryable=False)
             if self._idle:
                 conn, since = self._idle.pop()
                 if conn.closed or conn.broken:
                     self._open -= 1
                     continue
-                if time.monotonic() - since > self._ping_after or _readable(conn):
+                if (
+                    ping
+                    or since <= suspect_before
+                    or time.monotonic() - since > self._ping_after
+                    or _readable(conn)
+                ):
                     try:
                         await_(conn.execute(""))
                     except psycopg.Error:
@@ -268,7 +286,12 @@ class _HotConnections:
 
     def put(self, conn: Any, ok: bool) -> None:
         """Return a connection; ``ok=False`` (a failed or cancelled statement) drops it."""
-        if ok and not (conn.closed or conn.broken) and conn.info.transaction_status == _IDLE:
+        if (
+            ok
+            and not self._closed
+            and not (conn.closed or conn.broken)
+            and conn.info.transaction_status == _IDLE
+        ):
             self._idle.append((conn, time.monotonic()))
         else:
             self._discard(conn)
@@ -289,11 +312,16 @@ class _HotConnections:
                 return
 
     def close(self) -> None:
-        """Close every idle connection (the rest close as they come back)."""
+        """Close every idle connection (the rest close as they come back) and refuse
+        further use; waiting callers get :class:`StorageError`."""
+        self._closed = True
         idle, self._idle = self._idle, []
-        self._size = 0
         for conn, _ in idle:
             self._discard(conn)
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._waiters.clear()
 
 
 class _AwaitedCursor:
@@ -510,7 +538,7 @@ class PostgresStorage(SqlStorage):
         it. ``hot``: check the connection out without the pre-ping (see :meth:`_on_checkout`).
         """
         if self._hot_pool is not None:
-            with self._hot_cursor(self._hot_pool) as cur:
+            with self._hot_cursor(self._hot_pool, ping=not hot) as cur:
                 yield cur
             return
         self._hot.active = hot
@@ -537,8 +565,8 @@ class PostgresStorage(SqlStorage):
             fairy.close()
 
     @contextmanager
-    def _hot_cursor(self, pool: _HotConnections) -> Iterator[Any]:
-        conn = pool.get()
+    def _hot_cursor(self, pool: _HotConnections, *, ping: bool) -> Iterator[Any]:
+        conn = pool.get(suspect_before=self._suspect_before, ping=ping)
         ok = False
         try:
             with _AwaitedCursor(conn.cursor()) as cur:
