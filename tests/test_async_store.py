@@ -22,7 +22,14 @@ import pytest
 from sqlalchemy.util import await_
 
 from conftest import make_store
-from eventstore import AsyncEventStore, ConcurrencyError, EventStore, SessionNotFound, StorageError
+from eventstore import (
+    AsyncEventStore,
+    ConcurrencyError,
+    EventStore,
+    InvalidEvent,
+    SessionNotFound,
+    StorageError,
+)
 from eventstore.aio import run
 from eventstore.engine import Engine
 from eventstore.reducer import fold_json
@@ -75,8 +82,30 @@ def test_every_public_method_has_an_async_twin_with_the_same_signature() -> None
         mine, theirs = inspect.signature(member), inspect.signature(other)
         assert list(mine.parameters.values()) == list(theirs.parameters.values()), name
         if name not in iterators:
-            assert mine.return_annotation in (theirs.return_annotation, "None"), name
+            assert mine.return_annotation == theirs.return_annotation, name
     assert inspect.signature(EventStore.__init__) == inspect.signature(AsyncEventStore.__init__)
+
+
+def _spellings(backend: str, db_url: str) -> list[str]:
+    if backend == "sqlite":
+        return [db_url, db_url.replace("sqlite:", "sqlite+pysqlite:", 1)]
+    return [db_url, db_url.replace("postgresql+psycopg:", "postgresql:", 1)]
+
+
+def test_both_forms_take_the_same_urls_and_refuse_the_same_ones(backend: str, db_url: str) -> None:
+    async def via_async(url: str, n: int) -> int:
+        async with await _opened(url) as store:
+            return (await store.append(f"a{n}", [_send("u")])).version
+
+    for n, url in enumerate(_spellings(backend, db_url)):
+        with make_store(url) as sync_store:
+            assert sync_store.append(f"s{n}", [_send("u")]).version == 1
+        assert asyncio.run(via_async(url, n)) == 1
+    for bad, error in (("mysql://u@h/db", StorageError), ("not a url", StorageError), (42, InvalidEvent)):
+        with pytest.raises(error):
+            EventStore(bad)  # type: ignore[arg-type]
+        with pytest.raises(error):
+            AsyncEventStore(bad)  # type: ignore[arg-type]
 
 
 def test_history_is_an_async_iterator_checked_when_iteration_starts(db_url: str) -> None:
