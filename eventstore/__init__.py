@@ -72,6 +72,7 @@ from eventstore.reducer import (
     resumable,
     session_reducer,
 )
+from eventstore.asyncstore import AsyncEventStore
 from eventstore.storage.urls import mask_url
 from eventstore.store import EventStore
 from eventstore.timetravel import ReplayStep
@@ -83,6 +84,7 @@ __version__ = "0.1.0"
 __all__ = [
     # the store
     "EventStore",
+    "AsyncEventStore",
     "AppendResult",
     "RecordedEvent",
     "SessionInfo",

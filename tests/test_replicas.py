@@ -293,3 +293,10 @@ def test_replicas_on_sqlite_are_refused(tmp_path: Any) -> None:
     with pytest.raises(StorageError, match="max_replica_lag needs PostgreSQL"):
         EventStore(url, max_replica_lag=2.0)
     assert not (tmp_path / "x.db").exists()
+
+
+def test_the_async_twin_refuses_replicas_with_a_clear_error(pg_schema: str, replica_url: str) -> None:
+    from eventstore import AsyncEventStore
+
+    with pytest.raises(StorageError, match="not available on AsyncEventStore"):
+        AsyncEventStore(pg_schema, replicas=[replica_url])

@@ -26,6 +26,8 @@ from eventstore import engine as engine_module
 from eventstore import planning as planning_module
 from eventstore import verify as verify_module
 
+pytestmark = [pytest.mark.twins, pytest.mark.usefixtures("twin")]
+
 SEND = {"type": "send", "id": "u-1", "text": "hello"}
 
 

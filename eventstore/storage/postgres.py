@@ -5,12 +5,15 @@ This is the only module that imports psycopg.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import select as _select
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 import psycopg
@@ -19,6 +22,8 @@ from sqlalchemy import Connection, create_engine, event, func, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.util import await_
 
 from ..errors import SchemaError, StorageError
 from .base import DIGEST_SIZE, EventRow, LoadParts, SnapshotRow
@@ -246,6 +251,7 @@ _RETRYABLE = (
 
 
 _CHECKED_IN = "eventstore_checked_in"
+_IDLE = psycopg.pq.TransactionStatus.IDLE
 
 
 def _on_checkin(_dbapi_conn: Any, record: Any) -> None:
@@ -287,6 +293,143 @@ def _is_config_error(exc: BaseException) -> bool:
     return any(phrase in text for phrase in _CONFIG_ERRORS) or bool(_INVALID_VALUE.search(text))
 
 
+class _HotConnections:
+    """The async engine's autocommit connections for its one-statement appends and loads.
+
+    Used from engine code running in a greenlet (see :mod:`eventstore.aio`), on one event
+    loop. The connections stay in autocommit, so a statement costs one awaited round trip
+    and nothing else: no pool events, no autocommit switching, no reset on return (what
+    the SQLAlchemy pool would add, about as much client CPU as psycopg's own work). At most
+    ``size`` are open; a caller beyond that waits for one to come back. A connection that
+    sat idle longer than ``ping_after`` seconds, or whose socket has something to read, is
+    pinged first and replaced when dead, as the sync pool's checkout does.
+    """
+
+    def __init__(self, connect: Any, size: int, ping_after: float) -> None:
+        self._connect = connect
+        self._size = size
+        self._ping_after = ping_after
+        self._idle: list[tuple[Any, float]] = []
+        self._open = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._closed = False
+
+    def get(self, *, suspect_before: float, ping: bool) -> Any:
+        """A live connection (awaits on the loop when one must be opened or waited for).
+
+        Args:
+            suspect_before: connections checked in before this (monotonic) instant are
+                pinged (a connection failed since: the server may have dropped them all).
+            ping: ping whatever connection is handed out.
+
+        Raises:
+            StorageError: the store was closed.
+        """
+        while True:
+            if self._closed:
+                raise StorageError("the store is closed", retryable=False)
+            if self._idle:
+                conn, since = self._idle.pop()
+                if conn.closed or conn.broken:
+                    self._open -= 1
+                    continue
+                if (
+                    ping
+                    or since <= suspect_before
+                    or time.monotonic() - since > self._ping_after
+                    or _readable(conn)
+                ):
+                    try:
+                        await_(conn.execute(""))
+                    except psycopg.Error:
+                        self._discard(conn)
+                        continue
+                return conn
+            if self._open < self._size:
+                self._open += 1
+                try:
+                    return await_(self._connect())
+                except BaseException:
+                    self._open -= 1
+                    self._wake()
+                    raise
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            await_(waiter)
+
+    def put(self, conn: Any, ok: bool) -> None:
+        """Return a connection; ``ok=False`` (a failed or cancelled statement) drops it."""
+        if (
+            ok
+            and not self._closed
+            and not (conn.closed or conn.broken)
+            and conn.info.transaction_status == _IDLE
+        ):
+            self._idle.append((conn, time.monotonic()))
+        else:
+            self._discard(conn)
+        self._wake()
+
+    def _discard(self, conn: Any) -> None:
+        self._open -= 1
+        try:
+            await_(conn.close())
+        except psycopg.Error:
+            pass
+
+    def _wake(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def close(self) -> None:
+        """Close every idle connection (the rest close as they come back) and refuse
+        further use; waiting callers get :class:`StorageError`."""
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for conn, _ in idle:
+            self._discard(conn)
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._waiters.clear()
+
+
+class _AwaitedCursor:
+    """A psycopg ``AsyncCursor`` driven from sync code inside a greenlet: each call awaits
+    on the event loop (SQLAlchemy's ``await_``), so the hot statements keep their psycopg
+    options (``binary=``, ``prepare=``) on both engines."""
+
+    __slots__ = ("_cur",)
+
+    def __init__(self, cur: Any) -> None:
+        self._cur = cur
+
+    def __enter__(self) -> _AwaitedCursor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        # A client-side cursor holds nothing on the server: dropping it is enough.
+        self._cur = None
+
+    @property
+    def description(self) -> Any:
+        return self._cur.description
+
+    @property
+    def rowcount(self) -> int:
+        return int(self._cur.rowcount)
+
+    def execute(self, query: str, params: Any = None, **options: Any) -> _AwaitedCursor:
+        await_(self._cur.execute(query, params, **options))
+        return self
+
+    def fetchone(self) -> Any:
+        return await_(self._cur.fetchone())
+
+
 class PostgresStorage(SqlStorage):
     """Storage on PostgreSQL (``postgresql+psycopg://user:pw@host/db``)."""
 
@@ -297,9 +440,14 @@ class PostgresStorage(SqlStorage):
         url: str,
         *,
         pool_size: int = 5,
+        max_overflow: int = 10,
+        pool_timeout: float = 30.0,
+        connect_timeout: int | None = None,
+        prepare_threshold: int | None = 5,
         echo: bool = False,
         ping_after_idle_s: float = 0.5,
         partitions: int = 0,
+        use_asyncio: bool = False,
     ) -> None:
         #: hash partitions by session that `migrate` creates the event and snapshot
         #: tables with (0: plain tables, or the server's ``eventstore.partitions``).
@@ -307,7 +455,37 @@ class PostgresStorage(SqlStorage):
         u = make_url(url)
         if u.drivername in ("postgresql", "postgres"):
             u = u.set(drivername="postgresql+psycopg")  # psycopg 3, not the psycopg2 default
-        engine = create_engine(u, pool_size=pool_size, echo=echo)
+        connect_args: dict[str, Any] = {"prepare_threshold": prepare_threshold}
+        if connect_timeout is not None:
+            connect_args["connect_timeout"] = connect_timeout
+        options: dict[str, Any] = {
+            "pool_size": pool_size,
+            "max_overflow": max_overflow,
+            "pool_timeout": pool_timeout,
+            "connect_args": connect_args,
+            "echo": echo,
+        }
+        # With use_asyncio the engine is the sync face of an asyncio engine over psycopg's
+        # AsyncConnection: it is used inside a greenlet (see eventstore.asyncstore), and
+        # every round trip awaits on the event loop.
+        self._hot_pool: _HotConnections | None = None
+        if use_asyncio:
+            engine = create_async_engine(u, **options).sync_engine
+            cargs, cparams = engine.dialect.create_connect_args(engine.url)
+            self._hot_pool = _HotConnections(
+                partial(
+                    psycopg.AsyncConnection.connect,
+                    *cargs,
+                    **{**cparams, **connect_args, "autocommit": True},
+                ),
+                pool_size,
+                float(ping_after_idle_s),
+            )
+        else:
+            engine = create_engine(u, **options)
+        self._asyncio = use_asyncio
+        # PgBouncer in transaction mode: no prepared statement at all, not even the load's.
+        self._prepare_load = prepare_threshold is not None
         self._ping_after = float(ping_after_idle_s)
         # Pooled connections checked in before this (monotonic) instant are suspect: a
         # connection failed since, so the server may have dropped them all.
@@ -343,7 +521,7 @@ class PostgresStorage(SqlStorage):
             getattr(self._hot, "active", False)
             and time.monotonic() - since <= self._ping_after
             and since > self._suspect_before
-            and not _readable(dbapi_conn)
+            and not _readable(record.driver_connection)
         ):
             return
         try:
@@ -436,6 +614,10 @@ class PostgresStorage(SqlStorage):
         spares the BEGIN and COMMIT round trips. No SQLAlchemy Connection is built around
         it. ``hot``: check the connection out without the pre-ping (see :meth:`_on_checkout`).
         """
+        if self._hot_pool is not None:
+            with self._hot_cursor(self._hot_pool, ping=not hot) as cur:
+                yield cur
+            return
         self._hot.active = hot
         try:
             fairy = self.engine.raw_connection()
@@ -443,13 +625,14 @@ class PostgresStorage(SqlStorage):
             self._hot.active = False
         try:
             pg: Any = fairy.driver_connection
-            pg.autocommit = True
+            self._set_autocommit(pg, True)
             try:
-                with pg.cursor() as cur:  # a psycopg cursor: binary=, %b, prepare=
+                # A psycopg cursor (binary=, %b, prepare=); an AsyncCursor awaited in place.
+                with pg.cursor() if not self._asyncio else _AwaitedCursor(pg.cursor()) as cur:
                     yield cur
             finally:
                 if not (pg.closed or pg.broken):  # a broken one is replaced at checkout
-                    pg.autocommit = False
+                    self._set_autocommit(pg, False)
         except psycopg.OperationalError:
             # Drop the connection here: returned to the pool, it would be rolled back
             # first, and that fails on a dead socket with an ERROR log and a traceback.
@@ -481,6 +664,34 @@ class PostgresStorage(SqlStorage):
                 f"not {n}; see docs/scaling.md to move them"
             )
         return {"partitions": n}
+
+    @contextmanager
+    def _hot_cursor(self, pool: _HotConnections, *, ping: bool) -> Iterator[Any]:
+        conn = pool.get(suspect_before=self._suspect_before, ping=ping)
+        ok = False
+        try:
+            with _AwaitedCursor(conn.cursor()) as cur:
+                yield cur
+            ok = True
+        except psycopg.OperationalError:
+            self._suspect_before = time.monotonic()
+            raise
+        except psycopg.Error:
+            ok = True  # a constraint or data error: the connection itself is fine
+            raise
+        finally:
+            pool.put(conn, ok)
+
+    def close(self) -> None:
+        if self._hot_pool is not None:
+            self._hot_pool.close()
+        super().close()
+
+    def _set_autocommit(self, pg: Any, on: bool) -> None:
+        if self._asyncio:
+            await_(pg.set_autocommit(on))
+        else:
+            pg.autocommit = on
 
     def _lock_clause(self, stmt: Any) -> Any:
         return stmt.with_for_update()
@@ -558,7 +769,7 @@ class PostgresStorage(SqlStorage):
         with self._autocommit(hot=hot) as cur:
             # Prepared at its first use on a connection, not the sixth: a cold load then
             # skips parsing and analysing the statement every time.
-            cur.execute(_LOAD, params, binary=True, prepare=True)
+            cur.execute(_LOAD, params, binary=True, prepare=self._prepare_load or None)
             return cur.fetchone()
 
 
