@@ -73,6 +73,7 @@ from eventstore.reducer import (
     resumable,
     session_reducer,
 )
+from eventstore.asyncstore import AsyncEventStore
 from eventstore.storage.urls import mask_url
 from eventstore.store import EventStore
 from eventstore.timetravel import ReplayStep
@@ -84,6 +85,7 @@ __version__ = "0.1.0"
 __all__ = [
     # the store
     "EventStore",
+    "AsyncEventStore",
     "AppendResult",
     "RecordedEvent",
     "Follower",

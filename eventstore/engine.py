@@ -24,11 +24,11 @@ lock the session row (``SELECT … FOR UPDATE`` / ``BEGIN IMMEDIATE``), create t
 if needed, check event ids and ``expected_version``, insert, move the head, snapshot.
 Either way a batch is atomic and appends to one session are serialised by its row.
 
-An asyncio twin (``AsyncEngine`` over an async ``Storage`` with the same row types) will
-repeat only the methods of this class, with ``await`` on each storage call, and share
-everything else: the :class:`~eventstore.validate.Validator`, the pure functions of
-:mod:`~eventstore.planning` and its :class:`~eventstore.planning.AppendPlanner` (whose lock
-is held only around dict operations, never across an ``await``), the codec and the reducer.
+The asyncio twin (:class:`~eventstore.asyncstore.AsyncEventStore`) runs this very class:
+its storage is opened on the asyncio drivers and each call runs in a greenlet
+(:mod:`eventstore.aio`), where every storage call awaits on the event loop. So nothing here
+may block on anything but a storage call, and the planner's lock is held only around dict
+operations, never across a storage call.
 
 Threads: one engine may be shared by any number of threads. Storage hands each thread its
 own connection; the only shared mutable state is the :class:`~eventstore.planning.AppendPlanner`

@@ -34,7 +34,6 @@ from .compaction import CompactResult
 from .diff import SessionDiff
 from .engine import DEFAULT_SNAPSHOT_EVERY, Engine
 from .feed import Follower
-from .files import text_out
 from .models import Action, SessionState
 from .records import AppendResult, RecordedEvent, SessionInfo, VerifyReport
 from .timetravel import ReplayStep
@@ -53,10 +52,13 @@ class EventStore:
             fewer events than this).
         max_event_bytes: the largest encoded action (and metadata) accepted.
         max_id_length: the longest session id, event id or actor accepted.
-        **storage_options: backend options (``busy_timeout_ms`` for SQLite; ``pool_size``
-            and ``ping_after_idle_s`` for PostgreSQL: the append fast path skips the
-            connection pre-ping unless the pooled connection sat idle longer than this or
-            looks dropped; default 0.5 s).
+        **storage_options: backend options (``busy_timeout_ms`` and ``pool_size`` for
+            SQLite; for PostgreSQL ``pool_size``, ``max_overflow``, ``pool_timeout``
+            (seconds to wait for a connection), ``connect_timeout``, ``prepare_threshold``
+            (``None``: never prepare a statement, as PgBouncer's transaction mode needs)
+            and ``ping_after_idle_s``: the append fast path skips the connection
+            pre-ping unless the pooled connection sat idle longer than this or looks
+            dropped; default 0.5 s).
 
     The store opens no connection until first used. Use it as a context manager, or call
     :meth:`close`, to release its connections. It is safe to share between threads.
@@ -95,6 +97,12 @@ class EventStore:
     def backend(self) -> str:
         """``"sqlite"`` or ``"postgresql"``."""
         return self._engine.storage.dialect
+
+    @property
+    def read_counts(self) -> dict[str, int]:
+        """How many reads went to a replica and how many to the primary (``{}`` for a
+        store without ``replicas``): for monitoring, and to see that reads are offloaded."""
+        return dict(getattr(self._engine.storage, "reads", {}))
 
     @property
     def snapshot_every(self) -> int:
@@ -423,11 +431,4 @@ class EventStore:
         Returns:
             The page.
         """
-        if against is not None:
-            page = reporting.render_diff_report(self._engine, (session, version), against)
-        else:
-            page = reporting.render_report(self._engine, session, version)
-        if out is not None:
-            with text_out(out) as fh:
-                fh.write(page)
-        return page
+        return reporting.report(self._engine, session, version, against=against, out=out)

@@ -24,6 +24,9 @@ from .base import (
 )
 from .urls import check_driver, mask_url, quote_password
 
+# Options that only a PostgreSQL storage understands (refused for SQLite, not ignored).
+_POSTGRES_ONLY = ("replicas", "max_replica_lag", "replica_wait", "partitions")
+
 __all__ = [
     "open_storage",
     "Storage",
@@ -42,13 +45,18 @@ def open_storage(url: str, **options: Any) -> Storage:
     Args:
         url: ``sqlite:///path.db`` (``sqlite://`` for memory) or
             ``postgresql+psycopg://user:pw@host/db`` (``postgresql://`` means the same).
-        **options: backend options (``busy_timeout_ms`` for SQLite, ``pool_size`` for PostgreSQL).
+        **options: backend options (``busy_timeout_ms`` for SQLite, ``pool_size`` for PostgreSQL);
+            PostgreSQL only: ``replicas`` (URLs of streaming replicas that serve reads),
+            ``max_replica_lag`` and ``replica_wait`` (seconds; see
+            :class:`~eventstore.storage.replicas.ReplicatedPostgresStorage`) and
+            ``partitions`` (hash-partition new event and snapshot tables by session).
 
     Returns:
         A :class:`Storage`; close it with ``close()``.
 
     Raises:
-        StorageError: the URL is malformed or names an unsupported database.
+        StorageError: the URL is malformed or names an unsupported database, or a
+            PostgreSQL-only option is given for SQLite.
     """
     url = quote_password(url)
     try:
@@ -67,10 +75,28 @@ def open_storage(url: str, **options: Any) -> Storage:
             if backend == "sqlite":
                 from .sqlite import SQLiteStorage
 
+                for name in _POSTGRES_ONLY:
+                    value = options.get(name)
+                    # Asking for none of it is fine: no replicas, zero partitions.
+                    if not (value is None or value in ([], ()) or (type(value) is int and value == 0)):
+                        raise StorageError(
+                            f"{name} needs PostgreSQL; {mask_url(url)} is SQLite "
+                            "(see docs/scaling.md)"
+                        )
+                    options.pop(name, None)
                 return SQLiteStorage(url, **options)
             from .postgres import PostgresStorage
 
-            return PostgresStorage(url, **options)
+            if options.get("replicas") in (None, [], ()):
+                for name in ("replicas", "max_replica_lag", "replica_wait"):
+                    options.pop(name, None)
+                return PostgresStorage(url, **options)
+            if options.get("use_asyncio"):
+                # Its replica probes and bounded waits are written for threads, not a loop.
+                raise StorageError("read replicas are not available on AsyncEventStore yet; use EventStore")
+            from .replicas import ReplicatedPostgresStorage
+
+            return ReplicatedPostgresStorage(url, **options)
     except (ImportError, ArgumentError, SAWarning) as exc:
         # A driver or URL argument SQLAlchemy cannot use: the caller's URL, not the database.
         raise StorageError(f"bad database URL {mask_url(url)}: {_first_line(exc, url)}") from exc

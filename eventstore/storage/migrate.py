@@ -40,8 +40,13 @@ def migrations_dir() -> Path:
     )
 
 
-def alembic_config(connection: Connection | None = None) -> Config:
-    """An Alembic config for our revisions, bound to ``connection`` when given."""
+def alembic_config(connection: Connection | None = None, *, partitions: int = 0) -> Config:
+    """An Alembic config for our revisions, bound to ``connection`` when given.
+
+    ``partitions`` (PostgreSQL): when the first revision creates the tables, make
+    ``events`` and ``snapshots`` hash-partitioned by session into this many partitions
+    (0: plain tables). Revisions read it as ``context.config.attributes["partitions"]``.
+    """
     # Alembic is imported only when a migration runs: it is a tenth of a second of
     # start-up that every other command (and the CLI's start) would pay for nothing.
     from alembic.config import Config
@@ -51,11 +56,15 @@ def alembic_config(connection: Connection | None = None) -> Config:
     cfg.set_main_option("version_table", VERSION_TABLE)
     if connection is not None:
         cfg.attributes["connection"] = connection
+    cfg.attributes["partitions"] = partitions
     return cfg
 
 
-def upgrade(connection: Connection, revision: str = "head") -> None:
-    """Upgrade the database behind ``connection`` (in its open transaction) to ``revision``."""
+def upgrade(connection: Connection, revision: str = "head", *, partitions: int = 0) -> None:
+    """Upgrade the database behind ``connection`` (in its open transaction) to ``revision``.
+
+    ``partitions``: see :func:`alembic_config` (only the creation of the tables uses it).
+    """
     from alembic import command
 
-    command.upgrade(alembic_config(connection), revision)
+    command.upgrade(alembic_config(connection, partitions=partitions), revision)

@@ -346,6 +346,10 @@ class SqlStorage(Storage):
     def _lock_snapshot_writes(self, tx: Tx) -> None:
         """Block snapshot writes until the transaction ends (SQLite: BEGIN IMMEDIATE did)."""
 
+    def _migration_options(self, conn: Connection) -> dict[str, Any]:
+        """Options of :func:`~eventstore.storage.migrate.upgrade` (PostgreSQL: partitions)."""
+        return {}
+
     # -- the one error mapper -----------------------------------------------------------
 
     @contextmanager
@@ -460,7 +464,7 @@ class SqlStorage(Storage):
             self._begin_write(conn)
             with conn.begin():
                 self._migration_lock(conn)
-                upgrade(conn)
+                upgrade(conn, **self._migration_options(conn))
 
     def schema_revision(self) -> str | None:
         with self._errors(), self.engine.connect() as conn:
