@@ -63,7 +63,7 @@ from eventstore.models import (
     parse_actions,
     parse_state,
 )
-from eventstore.feed import Follower
+from eventstore.feed import AsyncFollower, Follower
 from eventstore.records import AppendResult, Problem, RecordedEvent, SessionInfo, VerifyReport
 from eventstore.reducer import (
     REDUCER_VERSION,
@@ -89,6 +89,7 @@ __all__ = [
     "AppendResult",
     "RecordedEvent",
     "Follower",
+    "AsyncFollower",
     "SessionInfo",
     "VerifyReport",
     "Problem",

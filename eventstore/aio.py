@@ -19,12 +19,19 @@ and :func:`iterate` turns an engine method returning an iterator into an async i
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, TypeVar
 
 from sqlalchemy.util import greenlet_spawn
 
-__all__ = ["run", "iterate", "STEPS_PER_SWITCH"]
+from .errors import StorageError
+from .feed import Live, wait_arg
+from .records import RecordedEvent
+from .storage.base import AsyncChangeWatcher
+
+__all__ = ["run", "iterate", "live", "STEPS_PER_SWITCH"]
 
 T = TypeVar("T")
 
@@ -67,3 +74,42 @@ async def iterate(
             yield item
         if len(items) < STEPS_PER_SWITCH:
             return
+
+
+async def live(make_plan: Callable[[], Live], watcher: AsyncChangeWatcher) -> AsyncIterator[RecordedEvent]:
+    """The async driver of a follower's plan (``Engine.follow_plan`` / ``feed_plan``): the
+    same decisions as the sync one (:meth:`eventstore.engine.Engine._live`), with the
+    reads run in greenlets and the waits awaited on the storage's async watcher.
+
+    The plan is made (arguments checked, the session looked up) when iteration starts.
+    """
+    plan = await run(make_plan)
+    while True:
+        chunk = await run(_take, plan.past, STEPS_PER_SWITCH)
+        for ev in chunk:
+            if not plan.handing_out(ev):
+                return
+            yield ev
+        if len(chunk) < STEPS_PER_SWITCH:
+            break
+    plan.past_done(time.monotonic())
+    while not plan.state.closed:
+        seen = await watcher.generation()
+        try:
+            batch, pending, full = await run(plan.read)
+        except StorageError as exc:
+            delay = plan.after_failure(exc.retryable, time.monotonic())
+            if delay is None:
+                raise
+            await asyncio.sleep(delay)
+            continue
+        plan.read_ok()
+        for ev in batch:
+            if not plan.handing_out(ev):
+                return
+            yield ev
+        wait = plan.after_read(bool(batch), pending, full, time.monotonic())
+        if wait is None:
+            return
+        if wait:
+            await watcher.wait(seen, wait_arg(wait))

@@ -22,6 +22,7 @@ belongs to that loop.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
@@ -30,10 +31,11 @@ from typing import IO, Any
 from . import compaction, timetravel, transfer
 from . import report as reporting
 from . import verify as verifying
-from .aio import iterate, run
+from .aio import iterate, live, run
 from .compaction import CompactResult
 from .diff import SessionDiff
 from .engine import DEFAULT_SNAPSHOT_EVERY, Engine
+from .feed import AsyncFollower, FollowState
 from .models import Action, SessionState
 from .records import AppendResult, RecordedEvent, SessionInfo, VerifyReport
 from .timetravel import ReplayStep
@@ -203,6 +205,25 @@ class AsyncEventStore:
         """Twin of :meth:`EventStore.load <eventstore.EventStore.load>`: the state at a
         version (``None``: the head)."""
         return SessionState.from_trusted(await run(self._engine.load, session, version))
+
+    def follow(self, session: str, *, after: int = 0, idle_timeout: float | None = None) -> AsyncFollower:
+        """``async for`` twin of :meth:`eventstore.EventStore.follow` (arguments checked
+        and the session looked up when iteration starts). Waits await a ``LISTEN``
+        connection (psycopg's ``AsyncConnection.notifies``) or SQLite's data version on
+        this loop."""
+        state = FollowState()
+        plan = functools.partial(
+            self._engine.follow_plan, session, after=after, idle_timeout=idle_timeout, state=state
+        )
+        watcher = self._engine.storage.async_watcher()
+        return AsyncFollower(live(plan, watcher), state, watcher.wake)
+
+    def feed(self, *, after: str | None = None, idle_timeout: float | None = 1.0) -> AsyncFollower:
+        """``async for`` twin of :meth:`eventstore.EventStore.feed`."""
+        state = FollowState()
+        plan = functools.partial(self._engine.feed_plan, after=after, idle_timeout=idle_timeout, state=state)
+        watcher = self._engine.storage.async_watcher()
+        return AsyncFollower(live(plan, watcher), state, watcher.wake)
 
     def history(
         self,

@@ -53,7 +53,7 @@ from .errors import (
     StorageError,
     VersionNotFound,
 )
-from .feed import FEED_CHUNK, FeedKey, Follower, FollowState, Pacer, position
+from .feed import FEED_CHUNK, FeedKey, Follower, FollowState, Live, Pacer, position, wait_arg
 from .ids import check_new_session_id
 from .models import check_json, parse_actions
 from .planning import (
@@ -422,9 +422,12 @@ class Engine:
 
     # -- live follow and the feed --------------------------------------------------------
 
-    def follow(self, session: Any, *, after: Any = 0, idle_timeout: Any = None) -> Follower:
-        """A session's events after a version, then each new one as it is committed
-        (see :meth:`eventstore.EventStore.follow`)."""
+    def follow_plan(
+        self, session: Any, *, after: Any = 0, idle_timeout: Any = None, state: FollowState | None = None
+    ) -> Live:
+        """What following a session reads (validated, the session looked up): the past as
+        :meth:`history` gives it, then the session's own new events. The sync follower
+        (:meth:`follow`) and the async one drive it, each with its own waits."""
         v = self.validate
         v.id(session, "session")
         start = v.count(after, "after") or 0
@@ -437,8 +440,6 @@ class Engine:
                 row.id, start, row.head,
                 f"session {row.id!r} has no version {start} to follow after (its head is {row.head})",
             )
-        state = FollowState()
-        pacer = Pacer(idle, time.monotonic())
         names = {r.pk: r.id for r in lineage}
         past = self._iter_history(history_segments(lineage, row, start, None), names, None, False)
         last = max(start, row.head)
@@ -454,10 +455,13 @@ class Engine:
                 last = rows[-1].version
             return [recorded(e, row.id) for e in rows], False, len(rows) == HISTORY_CHUNK
 
-        return Follower(self._live(past, read, pacer, state), state, self.storage.watcher().wake)
+        return Live(past, read, Pacer(idle, time.monotonic()), state or FollowState())
 
-    def feed(self, *, after: Any = None, idle_timeout: Any = 1.0) -> Follower:
-        """Every session's events in one resumable stream (see :meth:`eventstore.EventStore.feed`)."""
+    def feed_plan(
+        self, *, after: Any = None, idle_timeout: Any = 1.0, state: FollowState | None = None
+    ) -> Live:
+        """What the feed reads (arguments validated): pages in feed order after a position,
+        below the storage's barrier. Driven like :meth:`follow_plan`."""
         key = self.validate.position(after, "after")
         idle = self.validate.timeout(idle_timeout)
         st = self.storage
@@ -475,56 +479,49 @@ class Engine:
                 key = FeedKey(last.xact, last.session_pk, last.version)
             return out, pending, full
 
-        state = FollowState()
-        return Follower(
-            self._live(iter(()), read, Pacer(idle, time.monotonic()), state), state, self.storage.watcher().wake
-        )
+        return Live(iter(()), read, Pacer(idle, time.monotonic()), state or FollowState())
 
-    def _live(
-        self,
-        past: Iterator[RecordedEvent],
-        read: Callable[[], tuple[list[RecordedEvent], bool, bool]],
-        pacer: Pacer,
-        state: FollowState,
-    ) -> Iterator[RecordedEvent]:
-        """Hand out ``past``, then what ``read`` returns — ``(events, pending, full)`` —
-        waiting for the storage's change watcher between reads that reached the end."""
-        for ev in past:
-            if state.closed:
+    def follow(self, session: Any, *, after: Any = 0, idle_timeout: Any = None) -> Follower:
+        """A session's events after a version, then each new one as it is committed
+        (see :meth:`eventstore.EventStore.follow`)."""
+        plan = self.follow_plan(session, after=after, idle_timeout=idle_timeout)
+        return Follower(self._live(plan), plan.state, self.storage.watcher().wake)
+
+    def feed(self, *, after: Any = None, idle_timeout: Any = 1.0) -> Follower:
+        """Every session's events in one resumable stream (see :meth:`eventstore.EventStore.feed`)."""
+        plan = self.feed_plan(after=after, idle_timeout=idle_timeout)
+        return Follower(self._live(plan), plan.state, self.storage.watcher().wake)
+
+    def _live(self, plan: Live) -> Iterator[RecordedEvent]:
+        """Hand out the plan's past, then what its ``read`` returns, waiting for the
+        storage's change watcher between reads that reached the end (the decisions are
+        the plan's; the async twin drives the same plan in :func:`eventstore.aio.live`)."""
+        for ev in plan.past:
+            if not plan.handing_out(ev):
                 return
-            state.last, state.caught_up = ev, False
             yield ev
-        # The idle clock only runs while waiting: it restarts when a batch is handed out.
-        pacer.saw_event(time.monotonic())
+        plan.past_done(time.monotonic())
         watcher = self.storage.watcher()
-        while not state.closed:
+        while not plan.state.closed:
             seen = watcher.generation()
             try:
-                batch, pending, full = read()
+                batch, pending, full = plan.read()
             except StorageError as exc:
-                delay = pacer.failed(time.monotonic(), exc.retryable)
+                delay = plan.after_failure(exc.retryable, time.monotonic())
                 if delay is None:
                     raise
                 time.sleep(delay)
                 continue
-            pacer.recovered()
+            plan.read_ok()
             for ev in batch:
-                if state.closed:
+                if not plan.handing_out(ev):
                     return
-                state.last, state.caught_up = ev, False
                 yield ev
-            if batch:
-                pacer.saw_event(time.monotonic())
-            if full:
-                continue
-            if not pending:
-                state.reached_end()
-            wait = pacer.next_wait(time.monotonic(), pending=pending)
-            if wait is None or state.closed:
-                # `closed` is set before the wake-up: seen here as false, the wake-up is
-                # still to come and moves the generation past `seen`.
+            wait = plan.after_read(bool(batch), pending, full, time.monotonic())
+            if wait is None:
                 return
-            watcher.wait(seen, None if wait == float("inf") else wait)
+            if wait:
+                watcher.wait(seen, wait_arg(wait))
 
     def session_rows(self) -> list[SessionRow]:
         """Every session row, oldest first."""

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +42,9 @@ __all__ = [
     "Pacer",
     "FollowState",
     "Follower",
+    "AsyncFollower",
+    "Live",
+    "wait_arg",
     "FEED_CHUNK",
     "PENDING_POLL",
 ]
@@ -248,3 +251,110 @@ class Follower(Iterator[RecordedEvent]):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@dataclass
+class Live:
+    """A follower's plan, the same for the sync and the async driver.
+
+    Attributes:
+        past: events to hand out first (a follow's history; empty for the feed).
+        read: reads the next batch: ``(events, pending, full)`` — ``pending``: committed
+            events wait behind an older open transaction (look again soon); ``full``: the
+            batch hit its size limit (read again at once).
+        pacer: when to read again and when to stop.
+        state: what has been handed out (``lag``, ``position``, ``closed``).
+    """
+
+    past: Iterator[RecordedEvent]
+    read: Callable[[], tuple[list[RecordedEvent], bool, bool]]
+    pacer: Pacer
+    state: FollowState
+
+    def handing_out(self, event: RecordedEvent) -> bool:
+        """``event`` is about to be handed out; ``False`` when the follower was closed."""
+        if self.state.closed:
+            return False
+        self.state.last, self.state.caught_up = event, False
+        return True
+
+    def past_done(self, now: float) -> None:
+        """The past is handed out: the idle clock starts."""
+        self.pacer.saw_event(now)
+
+    def after_read(self, got: bool, pending: bool, full: bool, now: float) -> float | None:
+        """What to do after a batch was handed out: ``None`` stop; ``0.0`` read again at
+        once; otherwise wait for a wake-up at most that many seconds (``inf``: no limit).
+
+        ``closed`` is set before the wake-up: seen here as false, the wake-up is still to
+        come and moves the watcher's generation past the one noted before the read.
+        """
+        if got:
+            self.pacer.saw_event(now)  # the idle clock only runs while waiting
+        if full:
+            return 0.0
+        if not pending:
+            self.state.reached_end()
+        wait = self.pacer.next_wait(now, pending=pending)
+        return None if wait is None or self.state.closed else wait
+
+    def after_failure(self, retryable: bool, now: float) -> float | None:
+        """A read failed: seconds to sleep before reading again, or ``None`` to re-raise."""
+        return self.pacer.failed(now, retryable)
+
+    def read_ok(self) -> None:
+        """A read succeeded."""
+        self.pacer.recovered()
+
+
+def wait_arg(wait: float) -> float | None:
+    """A wait from :meth:`Live.after_read` as a watcher's timeout (``None``: no limit)."""
+    return None if wait == float("inf") else wait
+
+
+class AsyncFollower(AsyncIterator[RecordedEvent]):
+    """The async twin of :class:`Follower`: ``async for ev in follower``, with the same
+    ``lag``, ``caught_up``, ``position`` and ``version``; ``await follower.aclose()`` (or
+    ``close()`` from anywhere on the loop) stops it."""
+
+    def __init__(self, events: AsyncIterator[RecordedEvent], state: FollowState, wake: Callable[[], None]) -> None:
+        self._events = events
+        self._state = state
+        self._wake = wake
+
+    def __aiter__(self) -> AsyncFollower:
+        return self
+
+    async def __anext__(self) -> RecordedEvent:
+        return await self._events.__anext__()
+
+    @property
+    def lag(self) -> float:
+        return self._state.lag
+
+    @property
+    def caught_up(self) -> bool:
+        return self._state.caught_up
+
+    @property
+    def position(self) -> str | None:
+        return self._state.position
+
+    @property
+    def version(self) -> int | None:
+        return self._state.version
+
+    def close(self) -> None:
+        """Stop following: a task waiting for the next event wakes up and its loop ends."""
+        self._state.closed = True
+        self._wake()
+
+    async def aclose(self) -> None:
+        """Stop following and release the iterator."""
+        self.close()
+        closing = getattr(self._events, "aclose", None)
+        if closing is not None:
+            try:
+                await closing()
+            except RuntimeError:  # running in another task: it sees `closed` and stops
+                pass

@@ -43,6 +43,7 @@ __all__ = [
     "FeedRow",
     "FeedBarrier",
     "ChangeWatcher",
+    "AsyncChangeWatcher",
 ]
 
 #: The hash a root session's first event chains from.
@@ -334,6 +335,26 @@ class ChangeWatcher(ABC):
 
     @abstractmethod
     def close(self) -> None:
+        """Stop watching and release the connection."""
+
+
+class AsyncChangeWatcher(ABC):
+    """The asyncio twin of :class:`ChangeWatcher` (the same protocol, awaited)."""
+
+    @abstractmethod
+    async def generation(self) -> int:
+        """As :meth:`ChangeWatcher.generation`."""
+
+    @abstractmethod
+    async def wait(self, seen: int, timeout: float | None) -> int:
+        """As :meth:`ChangeWatcher.wait`, without blocking the event loop."""
+
+    @abstractmethod
+    def wake(self) -> None:
+        """Wake every waiting reader now."""
+
+    @abstractmethod
+    async def close(self) -> None:
         """Stop watching and release the connection."""
 
 
@@ -705,6 +726,11 @@ class Storage(ABC):
     def watcher(self) -> ChangeWatcher:
         """The storage's change watcher (one per storage, started on first use; its
         dedicated connection is released by :meth:`close`)."""
+
+    @abstractmethod
+    def async_watcher(self) -> AsyncChangeWatcher:
+        """The change watcher of a storage opened for asyncio (one per storage, a task on
+        its event loop, started on first use; released by :meth:`close`)."""
 
     def iter_chunks(self, seq: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
         """Split a long parameter list (SQLite caps bound parameters per statement)."""

@@ -43,7 +43,7 @@ from ..errors import SchemaError, StorageError
 from .base import DIGEST_SIZE, EventRow, FeedBarrier, LoadParts, SnapshotRow, Tx
 from .schema import events
 from .sql import Compiled, ErrorKind, SqlStorage, session_row
-from .watch import Probe
+from .watch import AsyncProbe, Probe
 
 __all__ = [
     "PostgresStorage",
@@ -539,6 +539,38 @@ class _AwaitedCursor:
         return await_(self._cur.fetchone())
 
 
+class _AsyncListenProbe(AsyncProbe):
+    """:class:`_ListenProbe` on psycopg's ``AsyncConnection`` (``notifies`` awaited)."""
+
+    def __init__(self, engine: Any) -> None:
+        self._db = engine
+
+    async def connect(self) -> Any:
+        cargs, cparams = self._db.dialect.create_connect_args(self._db.url)
+        params = {"connect_timeout": 5, **cparams, "autocommit": True}
+        conn = await psycopg.AsyncConnection.connect(*cargs, **params)
+        try:
+            channel = await (await conn.execute(feed_channel())).fetchone()
+            if channel is None or channel[0] is None:
+                raise RuntimeError("no events table: the database is not migrated")
+            await conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(channel[0])))
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
+
+    async def changed(self, handle: Any, timeout: float) -> bool:
+        async for _ in handle.notifies(timeout=timeout, stop_after=1):
+            return True
+        return False
+
+    async def close(self, handle: Any) -> None:
+        try:
+            await handle.close()
+        except Exception:  # noqa: BLE001 - a dead connection is closed anyway
+            pass
+
+
 class PostgresStorage(SqlStorage):
     """Storage on PostgreSQL (``postgresql+psycopg://user:pw@host/db``)."""
 
@@ -831,6 +863,9 @@ class PostgresStorage(SqlStorage):
 
     def _probe(self) -> Probe:
         return _ListenProbe(self.engine)
+
+    def _async_probe(self) -> AsyncProbe:
+        return _AsyncListenProbe(self.engine)
 
     def _insert(self, table: Any) -> Any:
         return pg_insert(table)

@@ -31,10 +31,12 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.util import await_only
 
 from ..errors import ConcurrencyError, EventStoreError, SchemaError, StorageError
 from .base import (
     DIGEST_SIZE,
+    AsyncChangeWatcher,
     ChangeWatcher,
     CompactionRow,
     Erasure,
@@ -51,7 +53,7 @@ from .base import (
     TombstoneRow,
     Tx,
 )
-from .watch import Probe, ThreadWatcher
+from .watch import AsyncProbe, Probe, TaskWatcher, ThreadWatcher
 from .schema import (
     VERSION_TABLE,
     compaction_permits,
@@ -279,6 +281,7 @@ class SqlStorage(Storage):
         self._q_insert_events = Compiled(insert_events_stmt(self._new_xact()), d)
         self._q_feed = Compiled(read_feed_stmt(self._feed_bound()), d)
         self._watcher: ChangeWatcher | None = None
+        self._async_watcher: AsyncChangeWatcher | None = None
         self._watcher_lock = threading.Lock()
         self._q_read_payloads = Compiled(S_READ_PAYLOADS, d)
         self._q_read_asc = Compiled(S_READ_EVENTS_ASC, d)
@@ -338,6 +341,10 @@ class SqlStorage(Storage):
 
     def _probe(self) -> Probe:
         """How this backend notices commits (for :meth:`watcher`)."""
+        raise NotImplementedError
+
+    def _async_probe(self) -> AsyncProbe:
+        """The same, awaited on an event loop (for :meth:`async_watcher`)."""
         raise NotImplementedError
 
     def _migration_lock(self, conn: Connection) -> None:
@@ -451,8 +458,12 @@ class SqlStorage(Storage):
     def close(self) -> None:
         with self._watcher_lock:
             w, self._watcher = self._watcher, None
+            aw, self._async_watcher = self._async_watcher, None
         if w is not None:
             w.close()
+        if aw is not None:
+            # An async storage is closed from the greenlet of its facade's close().
+            await_only(aw.close())
         self.engine.dispose()
 
     # -- schema -------------------------------------------------------------------------
@@ -679,6 +690,12 @@ class SqlStorage(Storage):
             if self._watcher is None:
                 self._watcher = ThreadWatcher(self._probe(), name=f"eventstore-watch {self.safe_url}")
             return self._watcher
+
+    def async_watcher(self) -> AsyncChangeWatcher:
+        with self._watcher_lock:
+            if self._async_watcher is None:
+                self._async_watcher = TaskWatcher(self._async_probe())
+            return self._async_watcher
 
     # -- snapshots ----------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ up front (and waited for through ``busy_timeout``), a plain ``BEGIN`` for reads.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import threading
 import time
@@ -24,7 +25,7 @@ from sqlalchemy.pool import AsyncAdaptedQueuePool
 from .base import EventRow, SnapshotRow
 from .schema import events, feed_clock
 from .sql import ErrorKind, SqlStorage
-from .watch import Probe
+from .watch import AsyncProbe, Probe
 
 __all__ = [
     "SQLiteStorage",
@@ -175,16 +176,23 @@ class _DataVersionProbe(Probe):
         conn = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
         return [conn, conn.execute("PRAGMA data_version").fetchone()[0]]
 
+    @staticmethod
+    def moved(handle: Any) -> bool:
+        """Whether another connection committed since the last look."""
+        if handle is None:
+            return True
+        v = handle[0].execute("PRAGMA data_version").fetchone()[0]
+        if v == handle[1]:
+            return False
+        handle[1] = v
+        return True
+
     def changed(self, handle: Any, timeout: float, stop: threading.Event) -> bool:
         end = time.monotonic() + timeout
         while True:
             if stop.wait(self._poll):
                 return False
-            if handle is None:
-                return True
-            v = handle[0].execute("PRAGMA data_version").fetchone()[0]
-            if v != handle[1]:
-                handle[1] = v
+            if self.moved(handle):
                 return True
             if time.monotonic() >= end:
                 return False
@@ -210,6 +218,30 @@ def _async_engine(url: str, echo: bool, pool_size: int) -> Engine:
         ).sync_engine
     # No overflow: SQLite has one writer, and every connection is a thread of its own.
     return create_async_engine(u, echo=echo, pool_size=pool_size, max_overflow=0).sync_engine
+
+
+class _AsyncDataVersionProbe(AsyncProbe):
+    """:class:`_DataVersionProbe` on an event loop: the sleeps are awaited, and the
+    ``PRAGMA`` itself (a read of the WAL index in shared memory) takes microseconds."""
+
+    def __init__(self, path: str | None, poll: float = DATA_VERSION_POLL) -> None:
+        self._sync = _DataVersionProbe(path, poll)
+        self._poll = poll
+
+    async def connect(self) -> Any:
+        return self._sync.connect()
+
+    async def changed(self, handle: Any, timeout: float) -> bool:
+        end = time.monotonic() + timeout
+        while True:
+            await asyncio.sleep(self._poll)
+            if self._sync.moved(handle):
+                return True
+            if time.monotonic() >= end:
+                return False
+
+    async def close(self, handle: Any) -> None:
+        self._sync.close(handle)
 
 
 class SQLiteStorage(SqlStorage):
@@ -267,6 +299,9 @@ class SQLiteStorage(SqlStorage):
 
     def _probe(self) -> Probe:
         return _DataVersionProbe(self._path)
+
+    def _async_probe(self) -> AsyncProbe:
+        return _AsyncDataVersionProbe(self._path)
 
     def append_fast(
         self,

@@ -12,14 +12,16 @@ returns every ``fallback_poll`` seconds, so readers poll until the watcher is ba
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 import time
 from abc import ABC, abstractmethod
 from typing import Any
 
-from .base import ChangeWatcher
+from .base import AsyncChangeWatcher, ChangeWatcher
 
-__all__ = ["Probe", "ThreadWatcher"]
+__all__ = ["Probe", "ThreadWatcher", "AsyncProbe", "TaskWatcher"]
 
 
 class Probe(ABC):
@@ -137,3 +139,107 @@ class ThreadWatcher(ChangeWatcher):
         t = self._thread
         if t is not None and t is not threading.current_thread():
             t.join(self._interval + 2.0)
+
+
+class AsyncProbe(ABC):
+    """The asyncio twin of :class:`Probe`."""
+
+    @abstractmethod
+    async def connect(self) -> Any:
+        """Open the dedicated connection and start watching."""
+
+    @abstractmethod
+    async def changed(self, handle: Any, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for a sign of a commit; raise when the
+        connection is lost."""
+
+    @abstractmethod
+    async def close(self, handle: Any) -> None:
+        """Close the dedicated connection (never raises)."""
+
+
+class TaskWatcher(AsyncChangeWatcher):
+    """The asyncio twin of :class:`ThreadWatcher`: one task on the store's event loop,
+    started by the first reader, with the same generation protocol and polling fallback.
+    """
+
+    def __init__(self, probe: AsyncProbe, *, interval: float = 0.2, fallback_poll: float = 0.25) -> None:
+        self._probe = probe
+        self._interval = interval
+        self._fallback = fallback_poll
+        self._gen = 0
+        self._healthy = False
+        self._closed = False
+        self._changed: asyncio.Event | None = None
+        self._ready: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def _bump(self, healthy: bool | None = None) -> None:
+        self._gen += 1
+        if healthy is not None:
+            self._healthy = healthy
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = asyncio.Event()
+
+    async def _ensure_started(self) -> None:
+        if self._task is None and not self._closed:
+            self._changed = asyncio.Event()
+            self._ready = asyncio.Event()
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        if self._ready is not None and not self._closed:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._ready.wait(), 10.0)
+
+    async def _run(self) -> None:
+        assert self._ready is not None
+        backoff = 0.05
+        while not self._closed:
+            handle: Any = None
+            try:
+                handle = await self._probe.connect()
+                self._bump(healthy=True)  # commits may have happened while no one watched
+                self._ready.set()
+                backoff = 0.05
+                while not self._closed:
+                    if await self._probe.changed(handle, self._interval):
+                        self._bump()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - any failure: readers poll, we reconnect
+                self._bump(healthy=False)
+                self._ready.set()
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+            finally:
+                if handle is not None:
+                    await self._probe.close(handle)
+
+    async def generation(self) -> int:
+        """As :meth:`ThreadWatcher.generation`."""
+        await self._ensure_started()
+        return self._gen
+
+    async def wait(self, seen: int, timeout: float | None) -> int:
+        """As :meth:`ThreadWatcher.wait`, without blocking the event loop."""
+        await self._ensure_started()
+        if self._gen != seen or self._changed is None:
+            return self._gen
+        if not self._healthy or self._closed:
+            timeout = self._fallback if timeout is None else min(timeout, self._fallback)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._changed.wait(), timeout)
+        return self._gen
+
+    def wake(self) -> None:
+        """Wake every reader now."""
+        self._bump()
+
+    async def close(self) -> None:
+        """Stop the task and close its connection."""
+        self._closed = True
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
