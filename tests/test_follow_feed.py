@@ -19,6 +19,7 @@ No test sleeps and hopes: consumers stop when they have what the database holds,
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import sqlite3
@@ -34,7 +35,7 @@ import pytest
 from sqlalchemy import Engine, create_engine, text
 
 from conftest import make_store
-from eventstore import EventStore, Follower, InvalidEvent, RecordedEvent, SessionNotFound, VersionNotFound
+from eventstore import AsyncEventStore, EventStore, Follower, InvalidEvent, RecordedEvent, SessionNotFound, VersionNotFound
 from eventstore.errors import StorageError
 from test_restart import PrivateCluster
 
@@ -466,3 +467,131 @@ def test_cli_follow_exits_0_when_its_reader_goes_away(store: EventStore, db_url:
     p.stdout.close()  # what `head -1` does after its line
     code, err = _finished(p)
     assert code == 0 and err == ""
+
+
+# -- the async twin ----------------------------------------------------------------------------
+
+
+def _arun(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def test_async_follow_and_feed_match_the_sync_ones(db_url: str, raw_engine: Engine) -> None:
+    """8 concurrent async writers, an async feed and an async follow of a shared session; the
+    sync store reads the same database, and its positions resume the async feed."""
+    make_store(db_url).close()
+
+    async def main() -> tuple[list[RecordedEvent], list[int], int]:
+        async with AsyncEventStore(db_url) as astore:
+            await astore.append("shared", [_send(0)])
+            feed = astore.feed(idle_timeout=SAFETY)
+            follow = astore.follow("shared", idle_timeout=SAFETY)
+
+            async def write(w: int) -> None:
+                for b in range(6):
+                    session = f"own-{w}" if b % 2 == 0 else "shared"
+                    await astore.append(session, [_send(k) for k in range(1 + (w + b) % 3)])
+
+            await asyncio.gather(*(write(w) for w in range(8)))
+            total = len(_stored(raw_engine))
+            got: list[RecordedEvent] = []
+            async for ev in feed:
+                got.append(ev)
+                if len(got) == total:
+                    break
+            head = await astore.head("shared")
+            versions = []
+            async for ev in follow:
+                versions.append(ev.version)
+                if ev.version == head:
+                    break
+            assert follow.version == head and follow.position is None
+            await feed.aclose()
+            await follow.aclose()
+            return got, versions, head
+
+    got, versions, head = _arun(main())
+    _check_feed(got, _stored(raw_engine))
+    assert versions == list(range(1, head + 1))
+    with EventStore(db_url) as store:
+        sync = list(store.feed(idle_timeout=0))
+        assert [e.position for e in sync] == [e.position for e in got]
+
+    async def resume(position: str) -> list[tuple[str, int]]:
+        async with AsyncEventStore(db_url) as astore:
+            return [(e.session_id, e.version) async for e in astore.feed(after=position, idle_timeout=0)]
+
+    middle = len(sync) // 2
+    assert _arun(resume(sync[middle].position)) == [(e.session_id, e.version) for e in sync[middle + 1 :]]
+
+
+def test_async_follow_refuses_bad_arguments_when_iteration_starts(db_url: str) -> None:
+    make_store(db_url).close()
+
+    async def main() -> None:
+        async with AsyncEventStore(db_url) as astore:
+            await astore.append("s1", [_send(0)])
+            for follower, error in (
+                (astore.follow("nope"), SessionNotFound),
+                (astore.follow("s1", after=5), VersionNotFound),
+                (astore.follow("s1", idle_timeout=-1), InvalidEvent),
+                (astore.feed(after="x"), InvalidEvent),
+            ):
+                with pytest.raises(error):
+                    async for _ in follower:
+                        pass
+
+    _arun(main())
+
+
+def test_async_follower_closed_by_another_task_stops(db_url: str) -> None:
+    make_store(db_url).close()
+
+    async def main() -> list[int]:
+        async with AsyncEventStore(db_url) as astore:
+            await astore.append("s1", [_send(0)])
+            follower = astore.follow("s1", idle_timeout=None)
+            seen: list[int] = []
+
+            async def consume() -> None:
+                async for ev in follower:
+                    seen.append(ev.version)
+
+            task = asyncio.create_task(consume())
+            await astore.append("s1", [_send(1)])
+            while len(seen) < 2:
+                await asyncio.sleep(0.01)
+            follower.close()  # the consumer is waiting for a commit that never comes
+            await asyncio.wait_for(task, SAFETY)
+            assert follower.caught_up and follower.lag == 0.0
+            return seen
+
+    assert _arun(main()) == [1, 2]
+
+
+def test_postgresql_gap_holds_the_async_feed_too(pg_schema: str) -> None:
+    make_store(pg_schema).close()
+
+    async def main() -> None:
+        async with AsyncEventStore(pg_schema) as astore:
+            await astore.append("held", [_send(0)])
+            position = [e async for e in astore.feed(idle_timeout=0)][-1].position
+            conn, xid = _hold_oldest_transaction(_pg_dsn(pg_schema))
+            try:
+                await astore.append("later", [_send(0), _send(1)])
+                assert [e async for e in astore.feed(after=position, idle_timeout=0)] == []
+                waiting = astore.feed(after=position, idle_timeout=SAFETY)
+                first = asyncio.ensure_future(waiting.__anext__())
+                await asyncio.sleep(0)  # the follower is waiting behind the held transaction
+                _raw_insert(conn, "held", 2)
+                conn.commit()
+            finally:
+                conn.close()
+            ev = await asyncio.wait_for(first, SAFETY)
+            assert (ev.session_id, ev.version) == ("held", 2)
+            assert int(ev.position.split(".")[0], 16) == xid  # type: ignore[union-attr]
+            rest = [(await waiting.__anext__()).version for _ in range(2)]
+            assert rest == [1, 2]
+            await waiting.aclose()
+
+    _arun(main())
