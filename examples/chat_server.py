@@ -7,6 +7,7 @@ Run it (after ``pip install -e '.[examples]'``)::
     curl -N -X POST localhost:8000/sessions/s1/messages -d '{"text": "Hello"}'
     curl localhost:8000/sessions/s1            # the session's state
     curl localhost:8000/sessions/s1/history    # its events, oldest first
+    curl -N localhost:8000/sessions/s1/events  # its events live, as Server-Sent Events
 
 ``POST /sessions/{id}/messages`` appends the user's ``send`` and only then starts the
 response, so a crash mid-reply never loses what the user wrote. The reply (a stand-in for
@@ -14,6 +15,12 @@ a model: it echoes the text word by word) is streamed as newline-delimited JSON 
 and every part is appended as it is sent, with ``expected_version`` so two replies can
 never interleave in one session. ``GET /sessions/{id}`` serves the state (the fold of
 the log) and ``GET /sessions/{id}/history`` the events.
+
+``GET /sessions/{id}/events`` serves the session's events as Server-Sent Events, then each
+new one as soon as it is committed (``store.follow``): the event's ``id:`` is its version,
+so a browser's ``EventSource`` that reconnects sends ``Last-Event-ID`` and the stream
+resumes right after the last event it got — nothing lost, nothing twice, also in the middle
+of a reply (``?after=N`` does the same by hand).
 
 Every request is served by one ``AsyncEventStore`` on the server's event loop: no thread
 pool, and the loop stays free while the database works.
@@ -135,6 +142,43 @@ async def get_history(request: Request) -> Response:
     return Response(orjson.dumps(events), media_type="application/json")
 
 
+def _resume_after(request: Request) -> int | None:
+    """The version to resume after: ``Last-Event-ID`` (a reconnecting ``EventSource``), else
+    ``?after=``, else 0; ``None`` when it is not a version number."""
+    raw = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
+    return int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 10 else None
+
+
+async def get_events(request: Request) -> Response:
+    """The session's events as Server-Sent Events (``id:`` = version), live."""
+    store = store_of(request)
+    session = request.path_params["session"]
+    after = _resume_after(request)
+    if after is None:
+        return JSONResponse({"error": "InvalidEvent", "message": "Last-Event-ID must be a version"}, status_code=400)
+    try:
+        await store.head(session)  # a missing session is a 404, not an empty stream
+    except SessionNotFound as exc:
+        return error(404, exc)
+    except EventStoreError as exc:
+        return error(400, exc)
+    follower = store.follow(session, after=after, idle_timeout=None)
+
+    async def stream() -> AsyncIterator[bytes]:
+        try:
+            async for ev in follower:
+                data = orjson.dumps(ev.to_json()).decode()
+                yield f"id: {ev.version}\nevent: {ev.type}\ndata: {data}\n\n".encode()
+        except EventStoreError as exc:  # e.g. `after` beyond the head
+            yield f"event: error\ndata: {orjson.dumps(str(exc)).decode()}\n\n".encode()
+        finally:
+            # Also when the client goes away (the response task is cancelled).
+            await follower.aclose()
+
+    headers = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+    return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
+
+
 @contextlib.asynccontextmanager
 async def lifespan(app: Starlette) -> AsyncIterator[None]:
     """Open (and migrate) the store for the server's lifetime; release it on shutdown."""
@@ -149,6 +193,7 @@ app = Starlette(
         Route("/sessions/{session}/messages", post_message, methods=["POST"]),
         Route("/sessions/{session}", get_state, methods=["GET"]),
         Route("/sessions/{session}/history", get_history, methods=["GET"]),
+        Route("/sessions/{session}/events", get_events, methods=["GET"]),
     ],
     lifespan=lifespan,
 )

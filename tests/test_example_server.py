@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -91,3 +92,59 @@ def test_the_example_server_persists_streams_and_serves_history(server: str) -> 
         assert client.post("/sessions/s1/messages", content=b"not json").status_code == 400
         assert client.get("/sessions/s1", params={"version": "x"}).status_code == 400
         assert client.get("/sessions/s1", params={"version": 999}).status_code == 400
+
+
+def _sse(lines: Iterator[str]) -> Iterator[dict[str, str]]:
+    """Server-Sent Events from a stream of lines: one dict of fields per event."""
+    event: dict[str, str] = {}
+    for line in lines:
+        if not line:
+            if event:
+                yield event
+            event = {}
+            continue
+        name, _, value = line.partition(":")
+        event[name] = value[1:] if value.startswith(" ") else value
+
+
+def test_events_stream_as_sse_and_resume_from_last_event_id_in_the_middle_of_a_turn(server: str) -> None:
+    text = " ".join(f"w{i}" for i in range(60))  # a reply of 60 words, one part each (~1.2 s)
+    replied: list[bytes] = []
+
+    def chat() -> None:
+        with httpx.Client(base_url=server, timeout=30) as c:
+            replied.append(c.post("/sessions/s1/messages", json={"id": "u-1", "text": text}).content)
+
+    with httpx.Client(base_url=server, timeout=30) as client:
+        writer = threading.Thread(target=chat)
+        writer.start()
+        # The session exists once the user's message is durable.
+        deadline = time.monotonic() + 30
+        while client.get("/sessions/s1").status_code == 404:
+            assert time.monotonic() < deadline, "the user's message was never stored"
+            time.sleep(0.01)
+        seen: list[dict[str, str]] = []
+        with client.stream("GET", "/sessions/s1/events") as r:
+            assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+            for ev in _sse(r.iter_lines()):
+                seen.append(ev)
+                if len(seen) == 4:  # the send, message-start and two deltas: mid-turn
+                    break
+        assert seen[-1]["event"] == "part"
+        assert client.get("/sessions/s1").json()["status"] == "streaming"  # the turn goes on
+        # Reconnect as a browser's EventSource does: with the last id it got.
+        with client.stream("GET", "/sessions/s1/events", headers={"Last-Event-ID": seen[-1]["id"]}) as r:
+            for ev in _sse(r.iter_lines()):
+                seen.append(ev)
+                if orjson.loads(ev["data"])["action"].get("part", {}).get("type") == "finish":
+                    break
+        writer.join(30)
+        history = client.get("/sessions/s1/history").json()
+        assert [int(ev["id"]) for ev in seen] == [e["version"] for e in history]  # none lost, none twice
+        assert [orjson.loads(ev["data"]) for ev in seen] == history
+        assert [ev["event"] for ev in seen] == [e["type"] for e in history]
+        assert replied and replied[0].endswith(b'{"type":"finish","reason":"stop"}\n')
+
+        resumed = client.get("/sessions/s1/events", params={"after": "x"})
+        assert resumed.status_code == 400
+        assert client.get("/sessions/missing/events").status_code == 404
