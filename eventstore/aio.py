@@ -76,12 +76,16 @@ async def iterate(
             return
 
 
-async def live(make_plan: Callable[[], Live], watcher: AsyncChangeWatcher) -> AsyncIterator[RecordedEvent]:
+async def live(
+    make_plan: Callable[[], Live], watcher: AsyncChangeWatcher, others_committed: Callable[[], None]
+) -> AsyncIterator[RecordedEvent]:
     """The async driver of a follower's plan (``Engine.follow_plan`` / ``feed_plan``): the
     same decisions as the sync one (:meth:`eventstore.engine.Engine._live`), with the
     reads run in greenlets and the waits awaited on the storage's async watcher.
 
     The plan is made (arguments checked, the session looked up) when iteration starts.
+    ``others_committed`` is the storage's hook for a wake-up (see
+    :meth:`eventstore.storage.base.Storage.others_committed`).
     """
     plan = await run(make_plan)
     while True:
@@ -111,5 +115,5 @@ async def live(make_plan: Callable[[], Live], watcher: AsyncChangeWatcher) -> As
         wait = plan.after_read(bool(batch), pending, full, time.monotonic())
         if wait is None:
             return
-        if wait:
-            await watcher.wait(seen, wait_arg(wait))
+        if wait and await watcher.wait(seen, wait_arg(wait)) != seen:
+            others_committed()

@@ -215,15 +215,17 @@ class AsyncEventStore:
         plan = functools.partial(
             self._engine.follow_plan, session, after=after, idle_timeout=idle_timeout, state=state
         )
-        watcher = self._engine.storage.async_watcher()
-        return AsyncFollower(live(plan, watcher), state, watcher.wake)
+        storage = self._engine.storage
+        watcher = storage.async_watcher()
+        return AsyncFollower(live(plan, watcher, storage.others_committed), state, watcher.wake)
 
     def feed(self, *, after: str | None = None, idle_timeout: float | None = 1.0) -> AsyncFollower:
         """``async for`` twin of :meth:`eventstore.EventStore.feed`."""
         state = FollowState()
         plan = functools.partial(self._engine.feed_plan, after=after, idle_timeout=idle_timeout, state=state)
-        watcher = self._engine.storage.async_watcher()
-        return AsyncFollower(live(plan, watcher), state, watcher.wake)
+        storage = self._engine.storage
+        watcher = storage.async_watcher()
+        return AsyncFollower(live(plan, watcher, storage.others_committed), state, watcher.wake)
 
     def history(
         self,

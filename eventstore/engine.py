@@ -520,8 +520,8 @@ class Engine:
             wait = plan.after_read(bool(batch), pending, full, time.monotonic())
             if wait is None:
                 return
-            if wait:
-                watcher.wait(seen, wait_arg(wait))
+            if wait and watcher.wait(seen, wait_arg(wait)) != seen:
+                self.storage.others_committed()
 
     def session_rows(self) -> list[SessionRow]:
         """Every session row, oldest first."""

@@ -37,6 +37,7 @@ from sqlalchemy import Engine, create_engine, text
 from conftest import make_store
 from eventstore import AsyncEventStore, EventStore, Follower, InvalidEvent, RecordedEvent, SessionNotFound, VersionNotFound
 from eventstore.errors import StorageError
+from test_replicas import _replicated, _sql, _wait_until_paused, replica_url  # noqa: F401 - a fixture
 from test_restart import PrivateCluster
 
 SAFETY = 60.0  # only bounds a broken build's wait; never reached when things work
@@ -95,6 +96,12 @@ class Consumer:
         finally:
             with self._more:
                 self._more.notify_all()
+
+    def wait_until(self, n: int) -> None:
+        """Block until ``n`` events arrived (reading goes on)."""
+        with self._more:
+            self._more.wait_for(lambda: len(self.got) >= n or not self.thread.is_alive(), timeout=SAFETY)
+        assert len(self.got) >= n, (self.got, self.errors)
 
     def wait_for(self, n: int) -> list[RecordedEvent]:
         """Block until ``n`` events arrived; stop reading there."""
@@ -595,3 +602,26 @@ def test_postgresql_gap_holds_the_async_feed_too(pg_schema: str) -> None:
             await waiting.aclose()
 
     _arun(main())
+
+
+def test_a_follower_reading_from_a_lagging_replica_still_gets_the_commit_it_was_woken_for(
+    pg_schema: str, replica_url: str
+) -> None:
+    """Woken by a commit on the primary, the next read must see it: with the replica's
+    replay paused, it comes from the primary (after ``replica_wait``)."""
+    replicated = _replicated(pg_schema, replica_url, replica_wait=0.2)
+    plain = EventStore(pg_schema)
+    try:
+        plain.append("s1", [_send(0)])
+        consumer = Consumer(replicated.follow("s1", idle_timeout=SAFETY))
+        consumer.wait_until(1)
+        _sql(replica_url, "SELECT pg_wal_replay_pause()")
+        try:
+            _wait_until_paused(replica_url)
+            plain.append("s1", [_send(1)])
+            assert [e.version for e in consumer.wait_for(2)] == [1, 2]
+        finally:
+            _sql(replica_url, "SELECT pg_wal_replay_resume()")
+    finally:
+        replicated.close()
+        plain.close()

@@ -727,6 +727,13 @@ class Storage(ABC):
         """The storage's change watcher (one per storage, started on first use; its
         dedicated connection is released by :meth:`close`)."""
 
+    def others_committed(self) -> None:
+        """A change watcher reported commits by other writers: the next read must see them.
+
+        A no-op on one server; a storage that reads from replicas reads them from one that
+        has replayed them (or from the primary).
+        """
+
     @abstractmethod
     def async_watcher(self) -> AsyncChangeWatcher:
         """The change watcher of a storage opened for asyncio (one per storage, a task on

@@ -222,6 +222,10 @@ class ReplicatedPostgresStorage(PostgresStorage):
             r.storage.close()
         super().close()
 
+    def others_committed(self) -> None:
+        # A follower was woken by a commit on the primary: its next read must see it.
+        self._moved = True
+
     # -- reads: a fit replica, else the primary ----------------------------------------
 
     @contextmanager
