@@ -31,10 +31,13 @@ from eventstore.errors import (
     InvalidEvent,
     InvalidState,
     SchemaError,
+    SessionClosed,
     SessionErased,
     SessionExists,
     SessionNotFound,
     StorageError,
+    TurnBusy,
+    TurnStopped,
     VersionNotFound,
 )
 from eventstore.compaction import CompactResult
@@ -62,7 +65,8 @@ from eventstore.models import (
     parse_actions,
     parse_state,
 )
-from eventstore.records import AppendResult, Problem, RecordedEvent, SessionInfo, VerifyReport
+from eventstore.chatapi import to_anthropic_messages, to_openai_messages
+from eventstore.records import AppendResult, Problem, RecordedEvent, Recovery, SessionInfo, VerifyReport
 from eventstore.reducer import (
     REDUCER_VERSION,
     fold,
@@ -72,6 +76,7 @@ from eventstore.reducer import (
     session_reducer,
 )
 from eventstore.store import EventStore
+from eventstore.streaming import StreamingTurn
 from eventstore.timetravel import ReplayStep
 from eventstore.transfer import ImportResult
 from eventstore.turns import ToolCall, Turn
@@ -92,6 +97,11 @@ __all__ = [
     "ReplayStep",
     "Turn",
     "ToolCall",
+    # streaming turns
+    "StreamingTurn",
+    "Recovery",
+    "to_openai_messages",
+    "to_anthropic_messages",
     # the audit trail
     "Checkpoint",
     "generate_keypair",
@@ -136,6 +146,9 @@ __all__ = [
     "VersionNotFound",
     "CompactedError",
     "SessionErased",
+    "SessionClosed",
+    "TurnStopped",
+    "TurnBusy",
     "CheckpointError",
     "SchemaError",
     "StorageError",

@@ -18,7 +18,7 @@ from .schema import VERSION_TABLE
 __all__ = ["migrations_dir", "alembic_config", "upgrade", "HEAD_REVISION"]
 
 #: The newest revision this package knows.
-HEAD_REVISION = "0002"
+HEAD_REVISION = "0003_turn_leases"
 
 
 def migrations_dir() -> Path:

@@ -113,7 +113,7 @@ DROP_AUDIT_DDL_V2 = (_guard_function("compaction_permits"),)
 _APPEND_FAST = """
 WITH moved AS (
     UPDATE sessions SET head = %(head)s, head_hash = %(hash)b, head_turn = %(turn)s
-    WHERE pk = %(pk)s AND head = %(old_head)s AND head_hash = %(old_hash)b
+    WHERE pk = %(pk)s AND head = %(old_head)s AND head_hash = %(old_hash)b AND closed_at IS NULL
     RETURNING pk
 ), ins AS (
     INSERT INTO events
@@ -158,6 +158,7 @@ _APPEND_ONE = """
 WITH moved AS (
     UPDATE sessions SET head = %(head)s::int, head_hash = %(hash)b, head_turn = %(turn)s::int
     WHERE pk = %(pk)s::int AND head = %(old_head)s::int AND head_hash = %(old_hash)b
+          AND closed_at IS NULL
     RETURNING pk
 )
 INSERT INTO events
