@@ -28,6 +28,7 @@ __all__ = [
     "INTERRUPTED",
     "INTERRUPTION",
     "HEARTBEAT_SECONDS",
+    "IDLE_CHECK_SECONDS",
     "MAX_PENDING",
     "FLUSH_AT",
     "Pending",
@@ -50,6 +51,8 @@ INTERRUPTION: dict[str, Any] = {"type": "part", "part": {"type": "error", "error
 #: A turn with nothing to write still checks its session (a stop from elsewhere, a lost
 #: lease) and renews its lease this often; crash recovery's ``stale_after`` must exceed it.
 HEARTBEAT_SECONDS = 1.0
+#: An idle turn checks its session at most this often (a writing turn checks at every flush).
+IDLE_CHECK_SECONDS = 0.25
 #: Events a turn may buffer before ``write`` waits for a flush (backpressure).
 MAX_PENDING = 1024
 #: A turn with this many buffered events is flushed without waiting for ``max_delay``.
@@ -265,7 +268,7 @@ class TurnState:
     @property
     def check_every(self) -> float:
         """How often an idle turn checks its session and renews its lease."""
-        return min(HEARTBEAT_SECONDS, max(self.max_delay, 0.05))
+        return min(HEARTBEAT_SECONDS, max(self.max_delay, IDLE_CHECK_SECONDS))
 
     def wake_at(self, now: float) -> float:
         """The latest time the writer should look at this turn again."""
