@@ -170,7 +170,7 @@ class TurnWriter:
         """
         with self._lock:
             if state.pending:
-                state.urgent = True
+                state.wanted = state.last_seq
                 self._wake.notify()
             self._wait(state, state.last_seq)
             if not state.own_stop:

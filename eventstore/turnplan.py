@@ -191,6 +191,8 @@ class TurnState:
         durable: the highest sequence number known to be durable.
         stopped: a stop (own or foreign), crash recovery or a close ended the turn.
         stop_version: the version of the event that ended it, when known.
+        own_stop: the turn ended by its own ``stop``.
+        wanted: a writer waits until this sequence number is durable (flush at once).
         closed: the session was closed (``closed_reason`` says why).
         dropped: written parts that were dropped because the turn stopped.
         error: a storage failure that ended the turn.
@@ -222,7 +224,7 @@ class TurnState:
         self.release = False
         self.finished = False
         self.own_stop = False
-        self.urgent = False
+        self.wanted = 0
         self.hold_until = 0.0
 
     # -- buffering ------------------------------------------------------------------------
@@ -244,7 +246,8 @@ class TurnState:
         if not self.pending:
             self.since = now
         self.pending.append(p)
-        self.urgent = self.urgent or p.urgent
+        if p.urgent:
+            self.wanted = p.seq
         return p
 
     @property
@@ -259,7 +262,7 @@ class TurnState:
         if self.pending:
             return (
                 self.release
-                or self.urgent
+                or self.pending[0].seq <= self.wanted
                 or len(self.pending) >= FLUSH_AT
                 or (self.since is not None and now - self.since >= self.max_delay)
             )
@@ -283,7 +286,6 @@ class TurnState:
         """Move the buffered events in flight (the writer then writes them)."""
         self.inflight, self.pending = self.pending, []
         self.since = None
-        self.urgent = False
         return self.inflight
 
     # -- outcomes -------------------------------------------------------------------------
@@ -311,7 +313,6 @@ class TurnState:
         retry's head check finds them if the failed attempt did commit) after ``delay``."""
         self.pending = self.inflight + self.pending
         self.inflight = []
-        self.urgent = any(p.urgent for p in self.pending)
         if self.since is None:
             self.since = now
         self.hold_until = now + delay
@@ -358,7 +359,6 @@ class TurnState:
                 last = foreign[-1]
                 self.row = head_after(self.row, last.version, last.hash, last.turn)
             self.pending = left + self.pending
-            self.urgent = any(p.urgent for p in self.pending)
             if self.pending and self.since is None:
                 self.since = now
 
@@ -369,4 +369,3 @@ class TurnState:
     def _drop(self, left: list[Pending]) -> None:
         self.dropped += len(left) + len(self.pending)
         self.pending = []
-        self.urgent = False
