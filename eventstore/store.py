@@ -83,7 +83,7 @@ class EventStore:
             max_id_length=max_id_length,
             **storage_options,
         )
-        self._turns = TurnWriter(self._engine)
+        self._streams = TurnWriter(self._engine)
 
     # -- lifecycle and schema -----------------------------------------------------------
 
@@ -114,7 +114,7 @@ class EventStore:
 
     def close(self) -> None:
         """Release every database connection. The store must not be used afterwards."""
-        self._turns.close()
+        self._streams.close()
         self._engine.close()
 
     def __enter__(self) -> EventStore:
@@ -239,7 +239,7 @@ class EventStore:
             SessionClosed: the session was closed.
             TurnBusy: another turn (in any process) holds the session.
         """
-        return StreamingTurn(self._turns, session, send_action, actor=actor, max_delay=max_delay)
+        return StreamingTurn(self._streams, session, send_action, actor=actor, max_delay=max_delay)
 
     def recover(self, session: str, *, stale_after: float = 30.0) -> Recovery | None:
         """Close a turn whose writer died, and return the continuation seed.
