@@ -18,6 +18,7 @@ BENCHMARKS: list[str] = [
     "compare",
     "timetravel",
     "report",
+    "streaming",
     "soak",  # reliability audit; 10 s per backend by default (--seconds N for a real soak)
 ]
 """Benchmark modules run, in this order, by ``python -m benchmarks all``."""
