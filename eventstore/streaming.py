@@ -112,7 +112,7 @@ class TurnWriter:
         action = opening_action(send_action)
         encoded = encode_action(action)
         v.size(encoded[1], "the send action", field="send_action")
-        token = "turn-" + uuid.uuid4().hex[:20]
+        token = "t" + uuid.uuid4().hex[:16]
         st = eng.storage
         now = now_micros()
         with st.write(session=session) as tx:
@@ -259,7 +259,9 @@ class TurnWriter:
                 batches.append(TurnBatch(row.pk, row.head, row.head_hash, t.token, now_us, (), row.head_turn, release=release))
                 heads.append((row, None))
                 continue
-            ids = [event_id(t.token, p.seq) for p in items]
+            # Only the batch's last event carries an id: a batch lands whole or not at all,
+            # so that id tells a retry how far an unacknowledged attempt got.
+            ids: list[str | None] = [None] * (len(items) - 1) + [event_id(t.token, items[-1].seq)]
             rows, prev, turn = event_rows(
                 row, t.session, [(p.type, p.payload) for p in items], ids, t.actor, None, now_us
             )

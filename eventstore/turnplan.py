@@ -5,8 +5,10 @@ No storage, no clock, no threads: the synchronous turn writer
 passing in the time and the rows they read, so the two differ only in how they wait and
 how they reach the database.
 
-A turn's events get deterministic ids, ``<token>.<seq>`` (the send is ``.0``), so a flush
-retried after a lost connection finds its own events instead of writing them twice.
+A turn's send and the last event of each of its flushes get deterministic ids,
+``<token>.<seq>`` (the send is ``.0``; a batch lands whole or not at all), so a flush
+retried after a lost connection finds what its first attempt wrote instead of writing it
+twice.
 """
 
 from __future__ import annotations
@@ -327,13 +329,10 @@ class TurnState:
         error) stops the turn and drops what is buffered; any other foreign event (a tool
         runner's ``toolPhase``) is built on: the buffered events are written after it.
         """
-        mine = 0
-        while (
-            mine < len(after)
-            and mine < len(self.inflight)
-            and after[mine].event_id == event_id(self.token, self.inflight[mine].seq)
-        ):
-            mine += 1
+        # The last event of each batch carries the turn's id for its sequence number; the
+        # newest one found marks how many in-flight events an unacknowledged attempt wrote.
+        seqs = {event_id(self.token, p.seq): i + 1 for i, p in enumerate(self.inflight)}
+        mine = max((seqs.get(e.event_id or "", 0) for e in after[: len(self.inflight)]), default=0)
         if mine:
             e = after[mine - 1]
             self.durable = self.inflight[mine - 1].seq
