@@ -92,6 +92,8 @@ class TurnWriter:
         self._attempts: dict[str, int] = {}
         self._thread: threading.Thread | None = None
         self._closing = False
+        # When the sleeping flusher wakes up next (monotonic); 0 while it is flushing.
+        self._next_wake = 0.0
 
     # -- opening ------------------------------------------------------------------------
 
@@ -152,10 +154,12 @@ class TurnWriter:
             while not state.over and state.buffered >= MAX_PENDING:
                 self._done.wait()
             self._raise_if_over(state)
+            now = time.monotonic()
             first = not state.pending
-            p = state.add(action, encoded[0], encoded[1], time.monotonic())
+            p = state.add(action, encoded[0], encoded[1], now)
             state.release = state.release or release
-            if p.urgent or first or release:
+            # Wake the flusher only when it would otherwise sleep past this part's deadline.
+            if p.urgent or release or (first and now + state.max_delay < self._next_wake):
                 self._wake.notify()
             if p.urgent or release:
                 self._wait(state, p.seq)
@@ -233,9 +237,13 @@ class TurnWriter:
                     if due or self._closing:
                         break
                     wake = min((t.wake_at(now) for t in self._turns), default=now + 1.0)
+                    self._next_wake = wake
                     self._wake.wait(max(wake - now, 0.0005))
+                self._next_wake = 0.0  # busy: a new deadline is seen when it loops
                 if not due and self._closing:
                     return
+                # One flush carries everything buffered by every open turn, due or not.
+                due += [t for t in self._turns if t not in due and t.joins_flush(now)]
                 work = [(t, t.take(), t.release) for t in sorted(due, key=lambda t: t.row.pk)]
             try:
                 self._flush(work)

@@ -270,6 +270,10 @@ class TurnState:
             )
         return self.release or now - self.last_check >= self.check_every
 
+    def joins_flush(self, now: float) -> bool:
+        """Whether this turn's buffered events should ride along in a flush made for others."""
+        return bool(self.pending) and not (self.over or self.inflight or now < self.hold_until)
+
     @property
     def check_every(self) -> float:
         """How often an idle turn checks its session and renews its lease."""
