@@ -51,6 +51,8 @@ __all__ = ["StreamingTurn", "TurnWriter", "recover", "close_session", "DEFAULT_M
 DEFAULT_MAX_DELAY = 0.02
 # A flush that failed with a retryable error is retried this often, then the turn fails.
 _RETRIES = 8
+# Flusher threads per store.
+FLUSHERS = 2
 _RETRY_DELAY = 0.05
 
 
@@ -90,10 +92,10 @@ class TurnWriter:
         self._done = threading.Condition(self._lock)
         self._turns: list[TurnState] = []
         self._attempts: dict[str, int] = {}
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
         self._closing = False
-        # When the sleeping flusher wakes up next (monotonic); 0 while it is flushing.
-        self._next_wake = 0.0
+        # When each sleeping flusher wakes up next (monotonic), by thread id.
+        self._sleeping: dict[int, float] = {}
 
     # -- opening ------------------------------------------------------------------------
 
@@ -133,9 +135,13 @@ class TurnWriter:
             if self._closing:
                 raise StorageError("the store is closed")
             self._turns.append(state)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="eventstore-turns", daemon=True)
-                self._thread.start()
+            if not self._threads:
+                # Two flushers: one can build and send a flush while the other waits for
+                # its commit; a turn with a flush in flight is never taken by the other.
+                for i in range(FLUSHERS):
+                    t = threading.Thread(target=self._run, name=f"eventstore-turns-{i}", daemon=True)
+                    t.start()
+                    self._threads.append(t)
         return state
 
     # -- writing ------------------------------------------------------------------------
@@ -159,7 +165,7 @@ class TurnWriter:
             p = state.add(action, encoded[0], encoded[1], now)
             state.release = state.release or release
             # Wake the flusher only when it would otherwise sleep past this part's deadline.
-            if p.urgent or release or (first and now + state.max_delay < self._next_wake):
+            if p.urgent or release or (first and now + state.max_delay < min(self._sleeping.values(), default=now)):
                 self._wake.notify()
             if p.urgent or release:
                 self._wait(state, p.seq)
@@ -229,6 +235,7 @@ class TurnWriter:
     # -- the flusher ----------------------------------------------------------------------
 
     def _run(self) -> None:
+        me = threading.get_ident()
         while True:
             with self._lock:
                 while True:
@@ -237,9 +244,9 @@ class TurnWriter:
                     if due or self._closing:
                         break
                     wake = min((t.wake_at(now) for t in self._turns), default=now + 1.0)
-                    self._next_wake = wake
+                    self._sleeping[me] = wake
                     self._wake.wait(max(wake - now, 0.0005))
-                self._next_wake = 0.0  # busy: a new deadline is seen when it loops
+                    del self._sleeping[me]
                 if not due and self._closing:
                     return
                 # One flush carries everything buffered by every open turn, due or not.
@@ -320,9 +327,9 @@ class TurnWriter:
         """Stop the flusher once every open turn's buffer is written."""
         with self._lock:
             self._closing = True
-            self._wake.notify()
-            thread = self._thread
-        if thread is not None:
+            self._wake.notify_all()
+            threads = list(self._threads)
+        for thread in threads:
             thread.join(timeout=30)
 
 
