@@ -30,10 +30,10 @@ from typing import Any
 from .codec import encode_action
 from .engine import Engine, now_micros
 from .errors import EventStoreError, InvalidEvent, SessionClosed, SessionNotFound, StorageError, TurnBusy, TurnStopped
-from .planning import event_rows, head_after
+from .planning import AppendPlan, event_rows, head_after
 from .records import Recovery
 from .reducer import fold_json, resumable
-from .storage.base import TurnBatch
+from .storage.base import SessionRow, TurnBatch
 from .turnplan import (
     INTERRUPTION,
     MAX_PENDING,
@@ -267,7 +267,7 @@ class TurnWriter:
         st = eng.storage
         now_us = now_micros()
         batches: list[TurnBatch] = []
-        heads = []
+        heads: list[tuple[SessionRow, AppendPlan | None]] = []
         for t, items, release in work:
             row = t.row
             if not items:
