@@ -63,7 +63,13 @@ def turn_parts(n: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         for i in range(DELTAS)
     ]
     parts += [
-        {"type": "tool-call", "messageId": mid, "id": f"c-{n}", "name": "add_to_cart", "input": {"slug": "mug", "qty": 2}},
+        {
+            "type": "tool-call",
+            "messageId": mid,
+            "id": f"c-{n}",
+            "name": "add_to_cart",
+            "input": {"slug": "mug", "qty": 2},
+        },
         {"type": "tool-result", "id": f"c-{n}", "output": {"ok": True}},
         {"type": "finish", "reason": "stop"},
     ]
@@ -121,7 +127,9 @@ def run_raw(url: str, sid: str, stop: threading.Event, rate: float, lat: Latenci
                 lat.add(mine)
 
 
-def run_append(store: EventStore, sid: str, stop: threading.Event, rate: float, lat: Latencies | None) -> None:
+def run_append(
+    store: EventStore, sid: str, stop: threading.Event, rate: float, lat: Latencies | None
+) -> None:
     n = 0
     while not stop.is_set():
         n += 1
@@ -170,7 +178,12 @@ class DurableClock:
 
 
 def run_turn(
-    writer: TurnWriter, sid: str, stop: threading.Event, rate: float, lat: Latencies | None, clock: DurableClock | None
+    writer: TurnWriter,
+    sid: str,
+    stop: threading.Event,
+    rate: float,
+    lat: Latencies | None,
+    clock: DurableClock | None,
 ) -> None:
     n = 0
     written: list[tuple[int, int, float]] = []  # (pk, version, write time)
@@ -379,7 +392,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _row(runs: list[dict[str, Any]], target: str, w: int, mode: str) -> dict[str, Any]:
-    return next(r for r in runs if r["target"] == target and r["writers"] == w and r["mode"] == mode)
+    return next(
+        r for r in runs if r["target"] == target and r["writers"] == w and r["mode"] == mode
+    )
 
 
 def markdown(res: dict[str, Any], writers: list[int]) -> str:
@@ -447,7 +462,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["--child"]:
         child(argv[1], int(argv[2]))
         return 0
-    p = argparse.ArgumentParser(prog="python -m benchmarks streaming", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks streaming", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--seconds", type=float, default=4.0, help="seconds per run")
     p.add_argument("--kill-seconds", type=float, default=3.0, help="seconds before the SIGKILL")
     p.add_argument("--writers", default="1,16,64", help="concurrent sessions, comma-separated")

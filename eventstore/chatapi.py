@@ -24,7 +24,7 @@ import orjson
 
 from .errors import InvalidEvent
 
-__all__ = ["to_openai_messages", "to_anthropic_messages"]
+__all__ = ["to_anthropic_messages", "to_openai_messages"]
 
 JSON = dict[str, Any]
 _FINISHED = ("done", "error")
@@ -36,7 +36,9 @@ def _messages(messages: Any) -> list[Mapping[str, Any]]:
     out = list(messages)
     for i, m in enumerate(out):
         if not isinstance(m, Mapping) or m.get("role") not in ("user", "assistant"):
-            raise InvalidEvent("a message must be an object with role user or assistant", field="messages", index=i)
+            raise InvalidEvent(
+                "a message must be an object with role user or assistant", field="messages", index=i
+            )
     return out
 
 
@@ -90,7 +92,9 @@ def to_openai_messages(messages: Any, *, system: str | None = None) -> list[JSON
         if msg["content"] is None and not tools:
             continue
         out.append(msg)
-        out.extend({"role": "tool", "tool_call_id": t["id"], "content": _result(t)[0]} for t in tools)
+        out.extend(
+            {"role": "tool", "tool_call_id": t["id"], "content": _result(t)[0]} for t in tools
+        )
     return out
 
 

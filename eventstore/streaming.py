@@ -29,7 +29,15 @@ from typing import Any
 
 from .codec import encode_action
 from .engine import Engine, now_micros
-from .errors import EventStoreError, InvalidEvent, SessionClosed, SessionNotFound, StorageError, TurnBusy, TurnStopped
+from .errors import (
+    EventStoreError,
+    InvalidEvent,
+    SessionClosed,
+    SessionNotFound,
+    StorageError,
+    TurnBusy,
+    TurnStopped,
+)
 from .planning import AppendPlan, event_rows, head_after
 from .records import Recovery
 from .reducer import fold_json, resumable
@@ -45,7 +53,7 @@ from .turnplan import (
     writer_stale,
 )
 
-__all__ = ["StreamingTurn", "TurnWriter", "recover", "close_session", "DEFAULT_MAX_DELAY"]
+__all__ = ["DEFAULT_MAX_DELAY", "StreamingTurn", "TurnWriter", "close_session", "recover"]
 
 #: How long a text or reasoning delta may wait before it is durable, by default.
 DEFAULT_MAX_DELAY = 0.02
@@ -63,7 +71,9 @@ def check_max_delay(value: Any) -> float:
         InvalidEvent: it is not.
     """
     if type(value) not in (int, float) or not math.isfinite(value) or not 0 <= value <= 60:
-        raise InvalidEvent(f"max_delay must be a number of seconds in 0..60, got {value!r}", field="max_delay")
+        raise InvalidEvent(
+            f"max_delay must be a number of seconds in 0..60, got {value!r}", field="max_delay"
+        )
     return float(value)
 
 
@@ -74,7 +84,9 @@ def check_stale_after(value: Any) -> float:
         InvalidEvent: it is not.
     """
     if type(value) not in (int, float) or not math.isfinite(value) or value <= 0:
-        raise InvalidEvent(f"stale_after must be a positive number of seconds, got {value!r}", field="stale_after")
+        raise InvalidEvent(
+            f"stale_after must be a positive number of seconds, got {value!r}", field="stale_after"
+        )
     return float(value)
 
 
@@ -139,7 +151,9 @@ class TurnWriter:
                 # Two flushers: one can build and send a flush while the other waits for
                 # its commit; a turn with a flush in flight is never taken by the other.
                 for i in range(FLUSHERS):
-                    t = threading.Thread(target=self._run, name=f"eventstore-turns-{i}", daemon=True)
+                    t = threading.Thread(
+                        target=self._run, name=f"eventstore-turns-{i}", daemon=True
+                    )
                     t.start()
                     self._threads.append(t)
         return state
@@ -165,7 +179,11 @@ class TurnWriter:
             p = state.add(action, encoded[0], encoded[1], now)
             state.release = state.release or release
             # Wake the flusher only when it would otherwise sleep past this part's deadline.
-            if p.urgent or release or (first and now + state.max_delay < min(self._sleeping.values(), default=now)):
+            if (
+                p.urgent
+                or release
+                or (first and now + state.max_delay < min(self._sleeping.values(), default=now))
+            ):
                 self._wake.notify()
             if p.urgent or release:
                 self._wait(state, p.seq)
@@ -209,7 +227,9 @@ class TurnWriter:
                 needs_release = not state.finished
             if needs_release:
                 with self.engine.storage.write() as tx:
-                    self.engine.storage.set_writer(tx, state.row.pk, None, None, only_if=state.token)
+                    self.engine.storage.set_writer(
+                        tx, state.row.pk, None, None, only_if=state.token
+                    )
         finally:
             with self._lock:
                 if state in self._turns:
@@ -255,7 +275,11 @@ class TurnWriter:
             try:
                 self._flush(work)
             except Exception as exc:  # noqa: BLE001 - never leave a writer waiting forever
-                err = exc if isinstance(exc, EventStoreError) else StorageError(f"turn flush failed: {exc!r}")
+                err = (
+                    exc
+                    if isinstance(exc, EventStoreError)
+                    else StorageError(f"turn flush failed: {exc!r}")
+                )
                 with self._lock:
                     for t, _, _ in work:
                         t.failed(err)
@@ -271,7 +295,18 @@ class TurnWriter:
         for t, items, release in work:
             row = t.row
             if not items:
-                batches.append(TurnBatch(row.pk, row.head, row.head_hash, t.token, now_us, (), row.head_turn, release=release))
+                batches.append(
+                    TurnBatch(
+                        row.pk,
+                        row.head,
+                        row.head_hash,
+                        t.token,
+                        now_us,
+                        (),
+                        row.head_turn,
+                        release=release,
+                    )
+                )
                 heads.append((row, None))
                 continue
             # Only the batch's last event carries an id: a batch lands whole or not at all,
@@ -289,7 +324,18 @@ class TurnWriter:
                 plan = eng.planner.plan(row, actions, rows[-1].version, base)
                 assert plan is not None
             batches.append(
-                TurnBatch(row.pk, row.head, row.head_hash, t.token, now_us, rows, turn, plan.snapshots, plan.blobs, release)
+                TurnBatch(
+                    row.pk,
+                    row.head,
+                    row.head_hash,
+                    t.token,
+                    now_us,
+                    rows,
+                    turn,
+                    plan.snapshots,
+                    plan.blobs,
+                    release,
+                )
             )
             heads.append((head_after(row, rows[-1].version, prev, turn), plan))
         try:
@@ -319,7 +365,11 @@ class TurnWriter:
         for t in stale:
             with st.read() as tx:
                 control = st.get_control(tx, t.row.pk)
-                after = st.read_events(tx, t.row.pk, after=t.row.head, upto=control.head) if control.head > t.row.head else []
+                after = (
+                    st.read_events(tx, t.row.pk, after=t.row.head, upto=control.head)
+                    if control.head > t.row.head
+                    else []
+                )
             with self._lock:
                 t.reconcile(control, after, time.monotonic())
 
@@ -342,7 +392,9 @@ class StreamingTurn:
     open) unless the turn was already stopped, and re-raises.
     """
 
-    def __init__(self, writer: TurnWriter, session: Any, send_action: Any, *, actor: Any, max_delay: Any) -> None:
+    def __init__(
+        self, writer: TurnWriter, session: Any, send_action: Any, *, actor: Any, max_delay: Any
+    ) -> None:
         self._writer = writer
         self._args = (session, send_action, actor, max_delay)
         self._state: TurnState | None = None
@@ -355,7 +407,10 @@ class StreamingTurn:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         self._writer.finish(self._open(), interrupted=exc_type is not None)
 
@@ -464,13 +519,13 @@ def recover(engine: Engine, session: Any, *, stale_after: Any = 30.0) -> Recover
             if control.writer is not None:
                 st.set_writer(tx, row.pk, None, None)  # a dead writer's lease, nothing open
             return None
-        rows, prev, turn, plan = eng.write_locked(tx, row, [action], [encoded], None, "recovery", None, now)
+        rows, prev, turn, plan = eng.write_locked(
+            tx, row, [action], [encoded], None, "recovery", None, now
+        )
         st.set_writer(tx, row.pk, None, None)
     eng.planner.committed(head_after(row, rows[-1].version, prev, turn), plan)
     after = fold_json(state, [action])
     return Recovery(rows[-1].version, resumable(after["messages"]))
-
-
 
 
 def close_session(engine: Engine, session: Any, *, reason: Any = None) -> None:

@@ -27,20 +27,20 @@ from .records import SessionInfo, to_datetime
 from .storage.base import EventRow, SessionControl, SessionRow
 
 __all__ = [
-    "INTERRUPTED",
-    "INTERRUPTION",
+    "FLUSH_AT",
     "HEARTBEAT_SECONDS",
     "IDLE_CHECK_SECONDS",
+    "INTERRUPTED",
+    "INTERRUPTION",
     "MAX_PENDING",
-    "FLUSH_AT",
     "Pending",
-    "session_info",
     "TurnState",
-    "turn_action",
-    "opening_action",
-    "is_urgent",
     "ends_run",
     "event_id",
+    "is_urgent",
+    "opening_action",
+    "session_info",
+    "turn_action",
     "writer_stale",
 ]
 
@@ -91,7 +91,9 @@ def turn_action(part: Any) -> dict[str, Any]:
     else:
         data = part
     if not isinstance(data, Mapping):
-        raise InvalidEvent(f"a turn writes stream parts or actions (JSON objects), got {type(part).__name__}")
+        raise InvalidEvent(
+            f"a turn writes stream parts or actions (JSON objects), got {type(part).__name__}"
+        )
     kind = data.get("type")
     if kind in _ACTION_TYPES:
         if kind not in _IN_TURN:
@@ -208,7 +210,13 @@ class TurnState:
     """
 
     def __init__(
-        self, session: str, row: SessionRow, token: str, actor: str | None, max_delay: float, now: float
+        self,
+        session: str,
+        row: SessionRow,
+        token: str,
+        actor: str | None,
+        max_delay: float,
+        now: float,
     ) -> None:
         self.session = session
         self.row = row

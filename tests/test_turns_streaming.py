@@ -114,7 +114,9 @@ def wait_recovered(store: EventStore, session: str, stale_after: float) -> Recov
     raise AssertionError("recover never acted on a dead writer")
 
 
-def test_the_send_is_durable_before_the_first_part(store: EventStore, db_url: str, workers: list[Worker]) -> None:
+def test_the_send_is_durable_before_the_first_part(
+    store: EventStore, db_url: str, workers: list[Worker]
+) -> None:
     w = Worker(db_url, "s1", "persist")
     workers.append(w)
     entered = w.read()["entered"]
@@ -131,7 +133,9 @@ def test_the_send_is_durable_before_the_first_part(store: EventStore, db_url: st
     assert_states_are_the_fold(store, "s1")
 
 
-def test_a_stop_from_another_process_ends_the_turn(store: EventStore, db_url: str, workers: list[Worker]) -> None:
+def test_a_stop_from_another_process_ends_the_turn(
+    store: EventStore, db_url: str, workers: list[Worker]
+) -> None:
     w = Worker(db_url, "s1", "stop")
     workers.append(w)
     ready = w.read()["ready"]
@@ -147,7 +151,9 @@ def test_a_stop_from_another_process_ends_the_turn(store: EventStore, db_url: st
     assert_states_are_the_fold(store, "s1")
 
 
-def test_kill_9_mid_turn_then_recover_then_continue(store: EventStore, db_url: str, workers: list[Worker]) -> None:
+def test_kill_9_mid_turn_then_recover_then_continue(
+    store: EventStore, db_url: str, workers: list[Worker]
+) -> None:
     w = Worker(db_url, "s1", "crash")
     workers.append(w)
     acked = -1
@@ -162,7 +168,9 @@ def test_kill_9_mid_turn_then_recover_then_continue(store: EventStore, db_url: s
     head = store.head("s1")
     rec = wait_recovered(store, "s1", 0.3)
     assert rec.version == head + 1
-    assert rec.messages == fold([e.action for e in store.history("s1")]).messages[:2] or rec.messages
+    assert (
+        rec.messages == fold([e.action for e in store.history("s1")]).messages[:2] or rec.messages
+    )
     info = store.sessions()[0]
     assert info.interrupted and info.writer_seen is None
     assert store.recover("s1", stale_after=0.3) is None  # nothing left to recover
@@ -171,7 +179,10 @@ def test_kill_9_mid_turn_then_recover_then_continue(store: EventStore, db_url: s
     for i in range(acked + 1):
         assert texts.count(f"d{i} ") == 1
     last = store.history("s1", desc=True, limit=1)
-    assert next(iter(last)).action == {"type": "part", "part": {"type": "error", "error": INTERRUPTED}}
+    assert next(iter(last)).action == {
+        "type": "part",
+        "part": {"type": "error", "error": INTERRUPTED},
+    }
     assert open_calls(store.load("s1").messages) == []
     # The continuation: a retry turn resumes from the finished call.
     assert [m["id"] for m in rec.messages] == ["u-1", "a-1"]
@@ -188,7 +199,9 @@ def test_kill_9_mid_turn_then_recover_then_continue(store: EventStore, db_url: s
     assert_states_are_the_fold(store, "s1")
 
 
-def test_two_processes_never_both_own_a_turn(store: EventStore, db_url: str, workers: list[Worker]) -> None:
+def test_two_processes_never_both_own_a_turn(
+    store: EventStore, db_url: str, workers: list[Worker]
+) -> None:
     group = [Worker(db_url, "s1", "hold") for _ in range(3)]
     workers.extend(group)
     for w in group:
@@ -226,7 +239,9 @@ def test_a_turn_in_process(store: EventStore) -> None:
         assert store.head("s1") == 1  # a delta waits (max_delay 5 s)...
         turn.write({"type": "tool-call", "messageId": "a-1", "id": "c-1", "name": "f", "input": {}})
         assert store.head("s1") == 4  # ...until a step ends: durable when write returns
-        turn.write({"type": "toolPhase", "name": "f", "state": "awaiting-confirmation", "prompt": "ok?"})
+        turn.write(
+            {"type": "toolPhase", "name": "f", "state": "awaiting-confirmation", "prompt": "ok?"}
+        )
         assert store.head("s1") == 5
         turn.write({"type": "tool-result", "id": "c-1", "output": 1})
         turn.write({"type": "text-delta", "messageId": "a-1", "text": "lo"})
@@ -253,7 +268,9 @@ def test_own_stop_and_exceptions(store: EventStore) -> None:
     with pytest.raises(ZeroDivisionError):
         with store.turn("s1", {"type": "send", "id": "u-2", "text": "b"}) as turn:
             turn.write({"type": "message-start", "messageId": "a-2"})
-            turn.write({"type": "tool-call", "messageId": "a-2", "id": "c-2", "name": "f", "input": {}})
+            turn.write(
+                {"type": "tool-call", "messageId": "a-2", "id": "c-2", "name": "f", "input": {}}
+            )
             turn.write({"type": "text-delta", "messageId": "a-2", "text": "x"})
             1 / 0
     last = list(store.history("s1"))[-1]
@@ -282,7 +299,9 @@ def test_many_turns_share_one_flush_and_stay_at_their_versions(store: EventStore
 def test_foreign_events_that_do_not_end_the_run_are_built_on(store: EventStore) -> None:
     with store.turn("s1", SEND, max_delay=60.0) as turn:
         turn.write({"type": "message-start", "messageId": "a-1"})
-        turn.write({"type": "tool-call", "messageId": "a-1", "id": "c-1", "name": "pay", "input": {}})
+        turn.write(
+            {"type": "tool-call", "messageId": "a-1", "id": "c-1", "name": "pay", "input": {}}
+        )
         # A tool runner elsewhere asks for confirmation.
         store.append("s1", [{"type": "toolPhase", "name": "pay", "state": "awaiting-confirmation"}])
         turn.write({"type": "text-delta", "messageId": "a-1", "text": "waiting"})
@@ -309,7 +328,9 @@ def test_a_retried_flush_lands_exactly_once(db_url: str) -> None:
     try:
         with StreamingTurn(writer, "s1", SEND, actor=None, max_delay=0.01) as turn:
             turn.write({"type": "message-start", "messageId": "a-1"})
-            turn.write({"type": "tool-call", "messageId": "a-1", "id": "c-1", "name": "f", "input": {}})
+            turn.write(
+                {"type": "tool-call", "messageId": "a-1", "id": "c-1", "name": "f", "input": {}}
+            )
             for i in range(10):
                 turn.write({"type": "text-delta", "messageId": "a-1", "text": f"{i}"})
             assert turn.flush() == 13
@@ -381,8 +402,15 @@ def test_bad_arguments_are_refused_and_write_nothing(store: EventStore, call: An
 
 def test_bad_parts_are_refused_before_buffering(store: EventStore) -> None:
     with store.turn("s1", SEND) as turn:
-        for bad in ({"type": "text-delta"}, {"type": "send", "id": "u-2", "text": "x"}, "text", {"type": "nope"}):
+        for bad in (
+            {"type": "text-delta"},
+            {"type": "send", "id": "u-2", "text": "x"},
+            "text",
+            {"type": "nope"},
+        ):
             with pytest.raises(InvalidEvent):
                 turn.write(bad)
-        turn.write({"type": "part", "part": {"type": "finish"}})  # a whole action is written as given
+        turn.write(
+            {"type": "part", "part": {"type": "finish"}}
+        )  # a whole action is written as given
     assert [e.type for e in store.history("s1")] == ["send", "part"]

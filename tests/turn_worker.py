@@ -39,7 +39,9 @@ def stop(store: EventStore, session: str) -> None:
     # max_delay is long: the deltas written after the stop stay buffered until flush().
     with store.turn(session, SEND, max_delay=30.0) as turn:
         turn.write({"type": "message-start", "messageId": "a-1"})
-        turn.write({"type": "tool-call", "messageId": "a-1", "id": "c-1", "name": "search", "input": {}})
+        turn.write(
+            {"type": "tool-call", "messageId": "a-1", "id": "c-1", "name": "search", "input": {}}
+        )
         say(ready=turn.version)
         wait_for("go")
         for i in range(5):
@@ -60,9 +62,19 @@ def stop(store: EventStore, session: str) -> None:
 def crash(store: EventStore, session: str) -> None:
     with store.turn(session, SEND, max_delay=0.01) as turn:
         turn.write({"type": "message-start", "messageId": "a-1"})
-        turn.write({"type": "tool-call", "messageId": "a-1", "id": "c-1", "name": "search", "input": {}})
+        turn.write(
+            {"type": "tool-call", "messageId": "a-1", "id": "c-1", "name": "search", "input": {}}
+        )
         turn.write({"type": "tool-result", "id": "c-1", "output": {"hits": 2}})
-        turn.write({"type": "tool-call", "messageId": "a-1", "id": "c-2", "name": "add_to_cart", "input": {}})
+        turn.write(
+            {
+                "type": "tool-call",
+                "messageId": "a-1",
+                "id": "c-2",
+                "name": "add_to_cart",
+                "input": {},
+            }
+        )
         i = 0
         while True:  # until killed
             turn.write({"type": "text-delta", "messageId": "a-1", "text": f"d{i} "})
