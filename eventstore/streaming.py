@@ -23,6 +23,7 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from types import TracebackType
 from typing import Any
@@ -121,29 +122,7 @@ class TurnWriter:
             SessionClosed: the session is closed.
             TurnBusy: another turn holds the session's lease.
         """
-        eng = self.engine
-        v = eng.validate
-        v.id(session, "session")
-        v.optional_id(actor, "actor")
-        delay = check_max_delay(max_delay)
-        action = opening_action(send_action)
-        encoded = encode_action(action)
-        v.size(encoded[1], "the send action", field="send_action")
-        token = "t" + uuid.uuid4().hex[:16]
-        st = eng.storage
-        now = now_micros()
-        with st.write(session=session) as tx:
-            row = eng.lock_for_append(tx, session)
-            control = eng.check_open(tx, row)
-            if control.writer is not None:
-                raise TurnBusy(session, max(0, now - (control.writer_seen or now)) / 1e6)
-            rows, prev, turn, plan = eng.write_locked(
-                tx, row, [action], [encoded], (event_id(token, 0),), actor, None, now
-            )
-            st.set_writer(tx, row.pk, token, now)
-        head = head_after(row, rows[-1].version, prev, turn)
-        eng.planner.committed(head, plan)
-        state = TurnState(session, head, token, actor, delay, time.monotonic())
+        state = open_turn(self.engine, session, send_action, actor=actor, max_delay=max_delay)
         with self._lock:
             if self._closing:
                 raise StorageError("the store is closed")
@@ -227,10 +206,7 @@ class TurnWriter:
             with self._lock:
                 needs_release = not state.finished
             if needs_release:
-                with self.engine.storage.write() as tx:
-                    self.engine.storage.set_writer(
-                        tx, state.row.pk, None, None, only_if=state.token
-                    )
+                release_lease(self.engine, state)
         finally:
             with self._lock:
                 if state in self._turns:
@@ -243,15 +219,11 @@ class TurnWriter:
         if state.durable < seq:
             self._raise_if_over(state)
 
-    def _raise_if_over(self, state: TurnState, *, finished_ok: bool = False) -> None:
-        if state.error is not None:
-            raise state.error
-        if state.closed:
-            raise SessionClosed(state.session, state.closed_reason)
-        if state.stopped:
-            raise TurnStopped(state.session, state.stop_version, state.dropped)
-        if state.finished and not finished_ok:
-            raise InvalidEvent("the turn has ended; open a new one with store.turn()")
+    @staticmethod
+    def _raise_if_over(state: TurnState, *, finished_ok: bool = False) -> None:
+        problem = state.problem(finished_ok=finished_ok)
+        if problem is not None:
+            raise problem
 
     # -- the flusher ----------------------------------------------------------------------
 
@@ -274,7 +246,7 @@ class TurnWriter:
                 due += [t for t in self._turns if t not in due and t.joins_flush(now)]
                 work = [(t, t.take(), t.release) for t in sorted(due, key=lambda t: t.row.pk)]
             try:
-                self._flush(work)
+                flush_turns(self.engine, self._lock, work, self._attempts)
             except Exception as exc:  # noqa: BLE001 - never leave a writer waiting forever
                 err = (
                     exc
@@ -286,93 +258,6 @@ class TurnWriter:
                         t.failed(err)
             with self._lock:
                 self._done.notify_all()
-
-    def _flush(self, work: list[tuple[TurnState, list[Pending], bool]]) -> None:
-        eng = self.engine
-        st = eng.storage
-        now_us = now_micros()
-        batches: list[TurnBatch] = []
-        heads: list[tuple[SessionRow, AppendPlan | None]] = []
-        for t, items, release in work:
-            row = t.row
-            if not items:
-                batches.append(
-                    TurnBatch(
-                        row.pk,
-                        row.head,
-                        row.head_hash,
-                        t.token,
-                        now_us,
-                        (),
-                        row.head_turn,
-                        release=release,
-                    )
-                )
-                heads.append((row, None))
-                continue
-            # Only the batch's last event carries an id: a batch lands whole or not at all,
-            # so that id tells a retry how far an unacknowledged attempt got.
-            ids: list[str | None] = [None] * (len(items) - 1) + [event_id(t.token, items[-1].seq)]
-            rows, prev, turn = event_rows(
-                row, t.session, [(p.type, p.payload) for p in items], ids, t.actor, None, now_us
-            )
-            actions = [p.action for p in items]
-            plan = eng.planner.plan(row, actions, rows[-1].version)
-            if plan is None:
-                with st.read() as tx:
-                    fresh = st.get_session(tx, t.session) or row
-                    base = eng.state_at(tx, fresh, row.head)
-                plan = eng.planner.plan(row, actions, rows[-1].version, base)
-                assert plan is not None
-            batches.append(
-                TurnBatch(
-                    row.pk,
-                    row.head,
-                    row.head_hash,
-                    t.token,
-                    now_us,
-                    rows,
-                    turn,
-                    plan.snapshots,
-                    plan.blobs,
-                    release,
-                )
-            )
-            heads.append((head_after(row, rows[-1].version, prev, turn), plan))
-        try:
-            written = st.append_batches(batches)
-        except StorageError as exc:
-            now = time.monotonic()
-            with self._lock:
-                for t, _, _ in work:
-                    n = self._attempts.get(t.token, 0) + 1
-                    self._attempts[t.token] = n
-                    if exc.retryable and n <= _RETRIES:
-                        t.retry_later(now, _RETRY_DELAY * n)
-                    else:
-                        t.failed(exc)
-            return
-        now = time.monotonic()
-        stale: list[TurnState] = []
-        with self._lock:
-            for (t, _, release), ok, (head, plan) in zip(work, written, heads):
-                self._attempts.pop(t.token, None)
-                if ok:
-                    t.written(head, now, release)
-                    if plan is not None:
-                        eng.planner.committed(head, plan)
-                else:
-                    stale.append(t)
-        for t in stale:
-            with st.read() as tx:
-                control = st.get_control(tx, t.row.pk)
-                after = (
-                    st.read_events(tx, t.row.pk, after=t.row.head, upto=control.head)
-                    if control.head > t.row.head
-                    else []
-                )
-            with self._lock:
-                t.reconcile(control, after, time.monotonic())
 
     def close(self) -> None:
         """Stop the flusher once every open turn's buffer is written."""
@@ -481,6 +366,145 @@ class StreamingTurn:
         state = self._open()
         self._writer.add(state, {"type": "stop"})
         return state.row.head
+
+
+def open_turn(
+    engine: Engine, session: Any, send_action: Any, *, actor: Any, max_delay: Any
+) -> TurnState:
+    """Store a turn's opening action and take the session's writer lease, in one
+    transaction (the I/O of entering a turn, shared by the sync and async writers).
+
+    Raises:
+        InvalidEvent: an argument is malformed.
+        SessionClosed: the session is closed.
+        TurnBusy: another turn holds the session's lease.
+    """
+    eng = engine
+    v = eng.validate
+    v.id(session, "session")
+    v.optional_id(actor, "actor")
+    delay = check_max_delay(max_delay)
+    action = opening_action(send_action)
+    encoded = encode_action(action)
+    v.size(encoded[1], "the send action", field="send_action")
+    token = "t" + uuid.uuid4().hex[:16]
+    st = eng.storage
+    now = now_micros()
+    with st.write(session=session) as tx:
+        row = eng.lock_for_append(tx, session)
+        control = eng.check_open(tx, row)
+        if control.writer is not None:
+            raise TurnBusy(session, max(0, now - (control.writer_seen or now)) / 1e6)
+        rows, prev, turn, plan = eng.write_locked(
+            tx, row, [action], [encoded], (event_id(token, 0),), actor, None, now
+        )
+        st.set_writer(tx, row.pk, token, now)
+    head = head_after(row, rows[-1].version, prev, turn)
+    eng.planner.committed(head, plan)
+    return TurnState(session, head, token, actor, delay, time.monotonic())
+
+
+def flush_turns(
+    engine: Engine,
+    lock: AbstractContextManager[Any],
+    work: list[tuple[TurnState, list[Pending], bool]],
+    attempts: dict[str, int],
+) -> None:
+    """Write the taken batches of several turns in one group commit and record the
+    outcome in each :class:`TurnState` (under ``lock``); read and reconcile the turns whose
+    head check failed. The I/O of a flush, shared by the sync and async writers.
+    """
+    eng = engine
+    st = eng.storage
+    now_us = now_micros()
+    batches: list[TurnBatch] = []
+    heads: list[tuple[SessionRow, AppendPlan | None]] = []
+    for t, items, release in work:
+        row = t.row
+        if not items:
+            batches.append(
+                TurnBatch(
+                    row.pk,
+                    row.head,
+                    row.head_hash,
+                    t.token,
+                    now_us,
+                    (),
+                    row.head_turn,
+                    release=release,
+                )
+            )
+            heads.append((row, None))
+            continue
+        # Only the batch's last event carries an id: a batch lands whole or not at all,
+        # so that id tells a retry how far an unacknowledged attempt got.
+        ids: list[str | None] = [None] * (len(items) - 1) + [event_id(t.token, items[-1].seq)]
+        rows, prev, turn = event_rows(
+            row, t.session, [(p.type, p.payload) for p in items], ids, t.actor, None, now_us
+        )
+        actions = [p.action for p in items]
+        plan = eng.planner.plan(row, actions, rows[-1].version)
+        if plan is None:
+            with st.read() as tx:
+                fresh = st.get_session(tx, t.session) or row
+                base = eng.state_at(tx, fresh, row.head)
+            plan = eng.planner.plan(row, actions, rows[-1].version, base)
+            assert plan is not None
+        batches.append(
+            TurnBatch(
+                row.pk,
+                row.head,
+                row.head_hash,
+                t.token,
+                now_us,
+                rows,
+                turn,
+                plan.snapshots,
+                plan.blobs,
+                release,
+            )
+        )
+        heads.append((head_after(row, rows[-1].version, prev, turn), plan))
+    try:
+        written = st.append_batches(batches)
+    except StorageError as exc:
+        now = time.monotonic()
+        with lock:
+            for t, _, _ in work:
+                n = attempts.get(t.token, 0) + 1
+                attempts[t.token] = n
+                if exc.retryable and n <= _RETRIES:
+                    t.retry_later(now, _RETRY_DELAY * n)
+                else:
+                    t.failed(exc)
+        return
+    now = time.monotonic()
+    stale: list[TurnState] = []
+    with lock:
+        for (t, _, release), ok, (head, plan) in zip(work, written, heads):
+            attempts.pop(t.token, None)
+            if ok:
+                t.written(head, now, release)
+                if plan is not None:
+                    eng.planner.committed(head, plan)
+            else:
+                stale.append(t)
+    for t in stale:
+        with st.read() as tx:
+            control = st.get_control(tx, t.row.pk)
+            after = (
+                st.read_events(tx, t.row.pk, after=t.row.head, upto=control.head)
+                if control.head > t.row.head
+                else []
+            )
+        with lock:
+            t.reconcile(control, after, time.monotonic())
+
+
+def release_lease(engine: Engine, state: TurnState) -> None:
+    """Give up a turn's lease directly (a turn that stopped: its head check would fail)."""
+    with engine.storage.write() as tx:
+        engine.storage.set_writer(tx, state.row.pk, None, None, only_if=state.token)
 
 
 def recover(engine: Engine, session: Any, *, stale_after: Any = 30.0) -> Recovery | None:

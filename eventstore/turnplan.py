@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from .codec import canonical
-from .errors import InvalidEvent
+from .errors import InvalidEvent, SessionClosed, TurnStopped
 from .models import WireModel, parse_actions
 from .planning import head_after
 from .records import SessionInfo, to_datetime
@@ -306,6 +306,18 @@ class TurnState:
         self.inflight, self.pending = self.pending, []
         self.since = None
         return self.inflight
+
+    def problem(self, *, finished_ok: bool = False) -> Exception | None:
+        """The error a write (or, with ``finished_ok``, a flush) must raise now, if any."""
+        if self.error is not None:
+            return self.error
+        if self.closed:
+            return SessionClosed(self.session, self.closed_reason)
+        if self.stopped:
+            return TurnStopped(self.session, self.stop_version, self.dropped)
+        if self.finished and not finished_ok:
+            return InvalidEvent("the turn has ended; open a new one with store.turn()")
+        return None
 
     # -- outcomes -------------------------------------------------------------------------
 
