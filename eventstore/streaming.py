@@ -390,13 +390,29 @@ def open_turn(
     token = "t" + uuid.uuid4().hex[:16]
     st = eng.storage
     now = now_micros()
+    ids = (event_id(token, 0),)
+    known = eng.planner.take_head(session)
+    if known is not None:
+        # This process wrote the session last (an earlier turn): one round trip that stores
+        # the send and takes the lease only if the head is still that and no turn holds it.
+        rows, prev, turn = event_rows(known, session, [encoded], ids, actor, None, now)
+        plan = eng.planner.plan(known, [action], rows[-1].version)
+        if plan is not None:
+            batch = TurnBatch(
+                known.pk, known.head, known.head_hash, token, now, rows, turn,
+                plan.snapshots, plan.blobs, claim=True,
+            )  # fmt: skip
+            if st.append_batches([batch])[0]:
+                head = head_after(known, rows[-1].version, prev, turn)
+                eng.planner.committed(head, plan)
+                return TurnState(session, head, token, actor, delay, time.monotonic())
     with st.write(session=session) as tx:
         row = eng.lock_for_append(tx, session)
         control = eng.check_open(tx, row)
         if control.writer is not None:
             raise TurnBusy(session, max(0, now - (control.writer_seen or now)) / 1e6)
         rows, prev, turn, plan = eng.write_locked(
-            tx, row, [action], [encoded], (event_id(token, 0),), actor, None, now
+            tx, row, [action], [encoded], ids, actor, None, now
         )
         st.set_writer(tx, row.pk, token, now)
     head = head_after(row, rows[-1].version, prev, turn)

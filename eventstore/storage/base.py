@@ -320,6 +320,7 @@ class TurnBatch:
         snapshots: the snapshot rows the batch reaches.
         blobs: the message blobs they add.
         release: give the lease up (``writer`` becomes ``NULL``) with this batch.
+        claim: take the lease (the batch opens a turn): written only if no turn holds it.
     """
 
     session_pk: int
@@ -332,6 +333,7 @@ class TurnBatch:
     snapshots: Sequence[SnapshotRow] = ()
     blobs: Mapping[bytes, bytes] = field(default_factory=dict)
     release: bool = False
+    claim: bool = False
 
 
 class EventIdRace(StorageError):

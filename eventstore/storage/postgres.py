@@ -176,15 +176,16 @@ _APPEND_BATCHES = """
 WITH b AS (
     SELECT * FROM unnest(%(pks)b::int[], %(old_heads)b::int[], %(old_hashes)b::bytea[],
                          %(writers)b::text[], %(heads)b::int[], %(hashes)b::bytea[],
-                         %(turns)b::int[], %(releases)b::bool[])
-        AS b(pk, old_head, old_hash, writer, head, hash, turn, release)
+                         %(turns)b::int[], %(releases)b::bool[], %(claims)b::bool[])
+        AS b(pk, old_head, old_hash, writer, head, hash, turn, release, claim)
 ), moved AS (
     UPDATE sessions s SET head = b.head, head_hash = b.hash, head_turn = b.turn,
-        writer = CASE WHEN b.release THEN NULL ELSE s.writer END,
+        writer = CASE WHEN b.release THEN NULL ELSE b.writer END,
         writer_seen = CASE WHEN b.release THEN NULL ELSE %(seen)s::bigint END
     FROM b
     WHERE s.pk = b.pk AND s.head = b.old_head AND s.head_hash = b.old_hash
-      AND s.writer = b.writer AND s.closed_at IS NULL
+      AND (CASE WHEN b.claim THEN s.writer IS NULL ELSE s.writer = b.writer END)
+      AND s.closed_at IS NULL
     RETURNING s.pk
 ), ins AS (
     INSERT INTO events
@@ -385,6 +386,7 @@ class PostgresStorage(SqlStorage):
             "hashes": [b.rows[-1].hash if b.rows else b.old_hash for b in batches],
             "turns": [b.head_turn for b in batches],
             "releases": [b.release for b in batches],
+            "claims": [b.claim for b in batches],
             "seen": max(b.seen_at for b in batches),
             "e_pks": [r.session_pk for r in events],
             "e_versions": [r.version for r in events],

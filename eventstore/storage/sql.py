@@ -143,6 +143,23 @@ _TURN_MOVE = update(sessions).where(
 S_TURN_MOVE = _TURN_MOVE.values(
     head=_P("p_head"), head_hash=_P("p_hash"), head_turn=_P("p_turn"), writer_seen=_P("p_seen")
 )
+S_TURN_CLAIM = (
+    update(sessions)
+    .where(
+        sessions.c.pk == _P("p_pk"),
+        sessions.c.head == _P("p_old_head"),
+        sessions.c.head_hash == _P("p_old_hash"),
+        sessions.c.writer.is_(None),
+        sessions.c.closed_at.is_(None),
+    )
+    .values(
+        head=_P("p_head"),
+        head_hash=_P("p_hash"),
+        head_turn=_P("p_turn"),
+        writer=_P("p_writer"),
+        writer_seen=_P("p_seen"),
+    )
+)
 S_TURN_MOVE_RELEASE = _TURN_MOVE.values(
     head=_P("p_head"), head_hash=_P("p_hash"), head_turn=_P("p_turn"), writer=null(), writer_seen=null()
 )
@@ -300,6 +317,7 @@ class SqlStorage(Storage):
         self._q_move_head = Compiled(S_MOVE_HEAD, d)
         self._q_turn_move = Compiled(S_TURN_MOVE, d)
         self._q_turn_release = Compiled(S_TURN_MOVE_RELEASE, d)
+        self._q_turn_claim = Compiled(S_TURN_CLAIM, d)
         self._q_control = Compiled(S_CONTROL, d)
         self._q_control_head = Compiled(S_CONTROL_HEAD, d)
         self._q_insert_events = Compiled(S_INSERT_EVENTS, d)
@@ -609,7 +627,11 @@ class SqlStorage(Storage):
                 last = b.rows[-1] if b.rows else None
                 cur = self._run(
                     tx,
-                    self._q_turn_release if b.release else self._q_turn_move,
+                    self._q_turn_claim
+                    if b.claim
+                    else self._q_turn_release
+                    if b.release
+                    else self._q_turn_move,
                     {
                         "p_pk": b.session_pk,
                         "p_old_head": b.old_head,
