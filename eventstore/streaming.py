@@ -60,9 +60,9 @@ __all__ = ["DEFAULT_MAX_DELAY", "StreamingTurn", "TurnWriter", "close_session", 
 DEFAULT_MAX_DELAY = 0.02
 # A flush that failed with a retryable error is retried this often, then the turn fails.
 _RETRIES = 8
-# Flusher threads per store (more shorten the wait behind a slow commit, at the price of
-# smaller flushes).
-FLUSHERS = 1
+# Flusher threads per store (benchmarks/RESULTS.md: two sustain more than one; more than
+# two measured no better on 2 CPUs).
+FLUSHERS = 2
 _RETRY_DELAY = 0.05
 
 
@@ -128,8 +128,8 @@ class TurnWriter:
                 raise StorageError("the store is closed")
             self._turns.append(state)
             if not self._threads:
-                # FLUSHERS threads may share the work: a turn with a flush in flight is never
-                # taken by another (one measured as well as two on 2 CPUs).
+                # FLUSHERS threads share the work: one builds and sends a flush while another
+                # waits for its commit; a turn with a flush in flight is never taken by another.
                 for i in range(FLUSHERS):
                     t = threading.Thread(
                         target=self._run, name=f"eventstore-turns-{i}", daemon=True
