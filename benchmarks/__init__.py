@@ -8,7 +8,7 @@ Run one with ``python -m benchmarks NAME [args]`` or all of them with
 
 from __future__ import annotations
 
-__all__ = ["BENCHMARKS"]
+__all__ = ["BENCHMARKS", "ALIASES"]
 
 BENCHMARKS: list[str] = [
     # Add your module here (``benchmarks/<name>.py`` with ``main(argv)``) to run it in ``all``.
@@ -19,6 +19,12 @@ BENCHMARKS: list[str] = [
     "timetravel",
     "report",
     "streaming",
+    "async_store",  # `python -m benchmarks async`: the async twin at W concurrent writers
     "soak",  # reliability audit; 10 s per backend by default (--seconds N for a real soak)
+    "startup",  # CLI start-up and long-log output, before/after against a git revision
+    "scale",  # partitions vs plain, growth, replicas; needs the replica of scripts/with-postgres
 ]
 """Benchmark modules run, in this order, by ``python -m benchmarks all``."""
+
+ALIASES: dict[str, str] = {"async": "async_store"}
+"""Short names accepted by ``python -m benchmarks`` (``async`` is a keyword, not a module name)."""

@@ -6,7 +6,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from benchmarks import BENCHMARKS
+from benchmarks import ALIASES, BENCHMARKS
 
 __all__ = ["main"]
 
@@ -30,7 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if args else 2
-    name, rest = args[0], args[1:]
+    name, rest = ALIASES.get(args[0], args[0]), args[1:]
     if name == "all":
         worst = 0
         for each in BENCHMARKS:

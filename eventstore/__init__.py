@@ -41,6 +41,7 @@ from eventstore.errors import (
     VersionNotFound,
 )
 from eventstore.compaction import CompactResult
+from eventstore.ids import check_new_session_id, split_ref
 from eventstore.models import (
     Action,
     ErrorPart,
@@ -75,6 +76,8 @@ from eventstore.reducer import (
     resumable,
     session_reducer,
 )
+from eventstore.asyncstore import AsyncEventStore
+from eventstore.storage.urls import mask_url
 from eventstore.store import EventStore
 from eventstore.streaming import StreamingTurn
 from eventstore.timetravel import ReplayStep
@@ -86,6 +89,7 @@ __version__ = "0.1.0"
 __all__ = [
     # the store
     "EventStore",
+    "AsyncEventStore",
     "AppendResult",
     "RecordedEvent",
     "SessionInfo",
@@ -152,4 +156,8 @@ __all__ = [
     "CheckpointError",
     "SchemaError",
     "StorageError",
+    # ids and database URLs as people type them
+    "split_ref",
+    "check_new_session_id",
+    "mask_url",
 ]

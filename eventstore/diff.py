@@ -203,7 +203,8 @@ class SessionDiff:
         return self.describe()
 
     def to_json(self) -> JSON:
-        """The documented shape (docs/format.md) plus event counts and per-message change descriptions."""
+        """Refs, base, message ids and statuses, event counts and, per changed message,
+        both versions of it whole."""
         return {
             "left": self.left.to_json(),
             "right": self.right.to_json(),
@@ -215,7 +216,16 @@ class SessionDiff:
             },
             "status": {"left": self.status_left, "right": self.status_right},
             "events": {"left": self.events_left, "right": self.events_right},
-            "details": [d.to_json() for d in self.details],
+            # Whole messages, not the shortened lines of describe(): JSON is for programs.
+            "details": [
+                {
+                    "id": d.id,
+                    "role": d.role,
+                    "left": self.left_messages.get(d.id),
+                    "right": self.right_messages.get(d.id),
+                }
+                for d in self.details
+            ],
             **(
                 {
                     "events_since_base": {

@@ -24,11 +24,11 @@ lock the session row (``SELECT … FOR UPDATE`` / ``BEGIN IMMEDIATE``), create t
 if needed, check event ids and ``expected_version``, insert, move the head, snapshot.
 Either way a batch is atomic and appends to one session are serialised by its row.
 
-An asyncio twin (``AsyncEngine`` over an async ``Storage`` with the same row types) will
-repeat only the methods of this class, with ``await`` on each storage call, and share
-everything else: the :class:`~eventstore.validate.Validator`, the pure functions of
-:mod:`~eventstore.planning` and its :class:`~eventstore.planning.AppendPlanner` (whose lock
-is held only around dict operations, never across an ``await``), the codec and the reducer.
+The asyncio twin (:class:`~eventstore.asyncstore.AsyncEventStore`) runs this very class:
+its storage is opened on the asyncio drivers and each call runs in a greenlet
+(:mod:`eventstore.aio`), where every storage call awaits on the event loop. So nothing here
+may block on anything but a storage call, and the planner's lock is held only around dict
+operations, never across a storage call.
 
 Threads: one engine may be shared by any number of threads. Storage hands each thread its
 own connection; the only shared mutable state is the :class:`~eventstore.planning.AppendPlanner`
@@ -52,6 +52,7 @@ from .errors import (
     SessionExists,
     SessionNotFound,
 )
+from .ids import check_new_session_id
 from .models import check_json, parse_actions
 from .planning import (
     AppendPlan,
@@ -339,6 +340,7 @@ class Engine:
         if row is None:
             if expected not in (None, 0):
                 raise ConcurrencyError(session, expected, 0)
+            check_new_session_id(session)
             row = st.insert_session(tx, NewSession(id=session, created_at=now_micros()))
             if row is None:  # created concurrently: wait for its lock
                 row = st.lock_session(tx, session)
@@ -496,6 +498,7 @@ class Engine:
         if new_id is None:
             new_id = f"{session}-{uuid.uuid4().hex[:8]}"
         v.id(new_id, "new_id")
+        check_new_session_id(new_id, "new_id")
         st = self.storage
         with st.write() as tx:
             row = st.lock_session(tx, session)

@@ -33,6 +33,7 @@ from .reducer import fold_json
 from . import timetravel
 from . import verify as verifying
 from .engine import Engine
+from .files import text_out
 from .text import shorten
 from .turnplan import INTERRUPTED
 from .turns import Turn, build_turns, turn_messages
@@ -688,3 +689,25 @@ def render_diff_report(
     body.append(f"<h2>Events on A since the base</h2>{_event_rows(d.left_events or ())}")
     body.append(f"<h2>Events on B since the base</h2>{_event_rows(d.right_events or ())}")
     return _page(f"eventstore diff: {d.left} → {d.right}", "".join(body))
+
+
+def report(
+    engine: Engine,
+    session: Any,
+    version: Any = None,
+    *,
+    against: tuple[str, int | None] | None = None,
+    out: Any = None,
+) -> str:
+    """The page :meth:`eventstore.EventStore.report` returns: the session's report, or
+    with ``against`` the diff from ``(session, version)`` to that ref; also written to
+    ``out`` (a path, written to ``PATH.part`` and renamed when complete, or a text file
+    object) when given."""
+    if against is not None:
+        page = render_diff_report(engine, (session, version), against)
+    else:
+        page = render_report(engine, session, version)
+    if out is not None:
+        with text_out(out) as fh:
+            fh.write(page)
+    return page

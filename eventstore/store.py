@@ -53,10 +53,13 @@ class EventStore:
             fewer events than this).
         max_event_bytes: the largest encoded action (and metadata) accepted.
         max_id_length: the longest session id, event id or actor accepted.
-        **storage_options: backend options (``busy_timeout_ms`` for SQLite; ``pool_size``
-            and ``ping_after_idle_s`` for PostgreSQL: the append fast path skips the
-            connection pre-ping unless the pooled connection sat idle longer than this or
-            looks dropped; default 0.5 s).
+        **storage_options: backend options (``busy_timeout_ms`` and ``pool_size`` for
+            SQLite; for PostgreSQL ``pool_size``, ``max_overflow``, ``pool_timeout``
+            (seconds to wait for a connection), ``connect_timeout``, ``prepare_threshold``
+            (``None``: never prepare a statement, as PgBouncer's transaction mode needs)
+            and ``ping_after_idle_s``: the append fast path skips the connection
+            pre-ping unless the pooled connection sat idle longer than this or looks
+            dropped; default 0.5 s).
 
     The store opens no connection until first used. Use it as a context manager, or call
     :meth:`close`, to release its connections. It is safe to share between threads.
@@ -96,6 +99,12 @@ class EventStore:
     def backend(self) -> str:
         """``"sqlite"`` or ``"postgresql"``."""
         return self._engine.storage.dialect
+
+    @property
+    def read_counts(self) -> dict[str, int]:
+        """How many reads went to a replica and how many to the primary (``{}`` for a
+        store without ``replicas``): for monitoring, and to see that reads are offloaded."""
+        return dict(getattr(self._engine.storage, "reads", {}))
 
     @property
     def snapshot_every(self) -> int:
@@ -420,14 +429,25 @@ class EventStore:
         return verifying.verify(self._engine, session, progress=progress)
 
     def report(
-        self, session: str, version: int | None = None, *, against: tuple[str, int | None] | None = None
+        self,
+        session: str,
+        version: int | None = None,
+        *,
+        against: tuple[str, int | None] | None = None,
+        out: str | os.PathLike[str] | IO[str] | None = None,
     ) -> str:
         """The audit report of a session as one self-contained HTML page; see
         :mod:`eventstore.report`.
 
-        ``against=(session, version | None)`` renders the diff from ``(session, version)``
-        to that ref instead.
+        Args:
+            session: the session to report on.
+            version: render the session as it was at this version (``None``: the head).
+            against: ``(session, version | None)``: render the diff from
+                ``(session, version)`` to this ref instead.
+            out: also write the page here: a path (written to ``PATH.part`` and renamed
+                when complete) or a text file object.
+
+        Returns:
+            The page.
         """
-        if against is not None:
-            return reporting.render_diff_report(self._engine, (session, version), against)
-        return reporting.render_report(self._engine, session, version)
+        return reporting.report(self._engine, session, version, against=against, out=out)

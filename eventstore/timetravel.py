@@ -125,16 +125,24 @@ class ReplayStep:
         return lines
 
     def to_json(self) -> JSON:
-        """The CLI's ``replay --json`` object for this step."""
+        """The event and what it changed, as whole values: the messages it added or
+        changed (as they are after it), the ids it removed, the status and error after it.
+        """
         e = self.event
+        sd = diff_states(self.before, self.after)
         return {
             "session": e.session_id,
             "version": e.version,
             "type": e.type,
             "action": e.action,
             "turn": e.turn,
-            "changes": self.changes,
+            "messages": {
+                "added": [sd.right_messages[k] for k in sd.added],
+                "removed": list(sd.removed),
+                "changed": [sd.right_messages[k] for k in sd.changed],
+            },
             "status": self.after.get("status"),
+            "error": self.after.get("error"),
         }
 
 

@@ -21,12 +21,10 @@ and the previous hash and refuses the whole file on the first mismatch.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import IO, Any
 
 import orjson
@@ -34,6 +32,8 @@ import orjson
 from .codec import canonical, recorded_hash
 from .engine import Engine
 from .errors import CompactedError, InvalidEvent, SessionExists, SessionNotFound
+from .files import text_out
+from .ids import check_new_session_id
 from .models import parse_action
 from .planning import snapshot_boundaries
 from .records import to_datetime
@@ -70,24 +70,6 @@ def _hash_at(engine: Engine, tx: Any, row: SessionRow, version: int) -> bytes | 
         return engine.hash_turn_at(tx, row, version)[0]
     except CompactedError:
         return None
-
-
-@contextlib.contextmanager
-def _text_out(out: Any) -> Iterator[IO[str]]:
-    """A text stream for ``out``: the object itself, or for a path ``PATH.part``, renamed
-    to ``PATH`` only once complete (a crash never leaves a truncated file under the name)."""
-    if hasattr(out, "write"):
-        yield out
-        return
-    if not isinstance(out, (str, os.PathLike)):
-        raise InvalidEvent(
-            f"out must be a path or a text file object, got {type(out).__name__}", field="out"
-        )
-    path = Path(out)
-    tmp = path.with_name(path.name + ".part")
-    with tmp.open("w", encoding="utf-8") as fh:
-        yield fh
-    tmp.replace(path)
 
 
 def export(
@@ -146,7 +128,7 @@ def export(
         if r.baseline:
             head["baseline_state"] = engine.load(r.id, r.baseline)
     total = sum(len(evs) for _, evs in blocks)
-    with _text_out(out) as fh:
+    with text_out(out) as fh:
         return _write(fh, session, chain, blocks, total, progress)
 
 
@@ -447,6 +429,7 @@ def import_(
                     progress(done, total)
                 continue
             baseline = m["baseline"]
+            check_new_session_id(sid)
             new = storage.insert_session(
                 tx,
                 NewSession(

@@ -75,7 +75,8 @@ class Turn:
         started: ``recorded_at`` of the first event.
         ended: ``recorded_at`` of the last event.
         user_text: the text the user sent ("" for turn 0).
-        assistant_text: the assistant's reply text at the end of the turn, shortened.
+        assistant_text: the assistant's reply text at the end of the turn (whole, unless
+            ``build_turns`` was given a ``text_limit``).
         tools: tool calls of the turn (nested ones with ``depth`` > 0), final states.
         outcome: ``idle``, ``error``, ``stopped`` or ``streaming`` (still running).
         error: the error message when the outcome is ``error``.
@@ -155,7 +156,7 @@ def turn_messages(state: Mapping[str, Any], user_id: str | None) -> list[Mapping
 def _row(
     events: list[_Event],
     state: Mapping[str, Any],
-    text_limit: int,
+    text_limit: int | None,
     partial: bool,
 ) -> Turn:
     send = next((e for e in events if e.type == "send"), None)
@@ -193,8 +194,8 @@ def _row(
         actors=tuple(actors),
         started=events[0].recorded_at,
         ended=events[-1].recorded_at,
-        user_text=shorten(user_text, text_limit),
-        assistant_text=shorten(reply, text_limit),
+        user_text=user_text if text_limit is None else shorten(user_text, text_limit),
+        assistant_text=reply if text_limit is None else shorten(reply, text_limit),
         tools=tuple(_tools(msgs)),
         outcome=outcome,
         error=str(err.get("message")) if status == "error" and isinstance(err, Mapping) else None,
@@ -208,7 +209,7 @@ def build_turns(
     start_state: Mapping[str, Any] | None = None,
     *,
     fold: Fold | None = None,
-    text_limit: int = 80,
+    text_limit: int | None = None,
 ) -> list[Turn]:
     """Group events into turns and describe each one.
 
@@ -219,7 +220,8 @@ def build_turns(
             for a compacted session, the baseline state.
         fold: ``fold(state_dict | None, [action, ...]) -> state_dict``; the reducer's
             ``fold_json`` by default.
-        text_limit: user and assistant texts are shortened to this many characters.
+        text_limit: shorten user and assistant texts to this many characters (``None``,
+            the default: keep them whole, as machine output needs).
 
     Returns:
         One :class:`Turn` per turn present in ``events``, in order.

@@ -11,7 +11,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -25,6 +25,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 BACKENDS = ["sqlite", "postgresql"]
 PG_URL_ENV = "EVENTSTORE_TEST_PG_URL"
+#: A third backend id for the store contract suite only: PostgreSQL whose event and
+#: snapshot tables `migrate` creates hash-partitioned by session (4 partitions).
+PARTITIONED = "postgresql-partitioned"
 
 
 def pg_admin_url() -> str:
@@ -60,6 +63,30 @@ def pg_schema() -> Iterator[str]:
             conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
+#: The two forms of the store a module marked ``twins`` runs against.
+TWINS = ["sync", "async"]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run every test of a module marked ``twins`` on the sync store and on the async twin."""
+    if "twin" in metafunc.fixturenames and metafunc.definition.get_closest_marker("twins"):
+        metafunc.parametrize("twin", TWINS, indirect=True)
+
+
+@pytest.fixture
+def twin(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """``"sync"``, or ``"async"``: the test module's ``EventStore`` and ``make_store`` are
+    then the async twin driven through its sync-shaped test adapter (tests/twins.py)."""
+    kind = str(getattr(request, "param", "sync"))
+    if kind == "async":
+        from twins import BlockingAsyncStore, make_async_store
+
+        for name, twin_of in (("EventStore", BlockingAsyncStore), ("make_store", make_async_store)):
+            if hasattr(request.module, name):
+                monkeypatch.setattr(request.module, name, twin_of)
+    return kind
+
+
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
@@ -70,7 +97,12 @@ def db_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
     """A URL to an empty database of the parametrized backend, private to this test."""
     if backend == "sqlite":
         return f"sqlite:///{tmp_path / 'events.db'}"
-    return str(request.getfixturevalue("pg_schema"))
+    url = str(request.getfixturevalue("pg_schema"))
+    if backend == PARTITIONED:
+        # The server setting `migrate` honours when no `partitions` option is given, so
+        # every store a test opens on this URL sees the same partitioned schema.
+        url += "%20-ceventstore.partitions%3D4"
+    return url
 
 
 def make_store(url: str, **options: object) -> "EventStore":
@@ -83,9 +115,15 @@ def make_store(url: str, **options: object) -> "EventStore":
 
 
 @pytest.fixture
-def store(db_url: str) -> Iterator["EventStore"]:
-    """A migrated EventStore on a private database of the parametrized backend."""
-    s = make_store(db_url)
+def store(db_url: str, twin: str) -> Iterator["EventStore"]:
+    """A migrated EventStore on a private database of the parametrized backend (the async
+    twin behind its test adapter in the ``async`` run of a module marked ``twins``)."""
+    if twin == "async":
+        from twins import make_async_store
+
+        s: Any = make_async_store(db_url)
+    else:
+        s = make_store(db_url)
     try:
         yield s
     finally:

@@ -6,9 +6,9 @@
 - the CLI uses only the public names of `eventstore` (its `__all__`), plus the sample-data
   module for its demo;
 - nothing outside the facade (eventstore/store.py) imports the facade module, except the
-  package's `__init__` that re-exports it;
-- nothing outside the facade reads the facade's private attributes (`store._x`);
-- the engine and the modules under it import neither the CLI nor the facade;
+  package's `__init__` that re-exports it (the async twin, eventstore/asyncstore.py, too);
+- nothing outside the facades reads their private attributes (`store._x`);
+- the engine and the modules under it import neither the CLI nor a facade;
 - no module reads another module's private (`_x`) names, and no function imports a module
   of the package in its body (a cycle dodged);
 - the package's import graph has no cycle.
@@ -124,10 +124,14 @@ def _py_files() -> list[Path]:
     return sorted(p for d in ("eventstore", "cli", "benchmarks", "tests") for p in (ROOT / d).rglob("*.py"))
 
 
+#: The two public facades: EventStore and its asyncio twin.
+FACADES = (PKG / "store.py", PKG / "asyncstore.py")
+
+
 def test_only_the_package_init_imports_the_facade_module() -> None:
-    allowed = {PKG / "store.py", PKG / "__init__.py"}
+    allowed = {*FACADES, PKG / "__init__.py"}
     files = [f for f in _py_files() if f not in allowed]
-    assert _offenders(files, ("eventstore.store",)) == []
+    assert _offenders(files, ("eventstore.store", "eventstore.asyncstore")) == []
 
 
 def _private_reads(path: Path, names: tuple[str, ...]) -> list[str]:
@@ -145,11 +149,11 @@ def _private_reads(path: Path, names: tuple[str, ...]) -> list[str]:
 
 
 def _facade_private_attributes() -> set[str]:
-    """The ``self._x`` names EventStore sets (what no other file may read, by any name)."""
-    tree = ast.parse((PKG / "store.py").read_text())
+    """The ``self._x`` names the facades set (what no other file may read, by any name)."""
     return {
         node.attr
-        for node in ast.walk(tree)
+        for facade in FACADES
+        for node in ast.walk(ast.parse(facade.read_text()))
         if isinstance(node, ast.Attribute)
         and isinstance(node.value, ast.Name)
         and node.value.id == "self"
@@ -163,7 +167,7 @@ def test_nothing_reads_the_facades_private_attributes() -> None:
     assert private  # the walker sees the facade's own state
     bad = []
     for f in _py_files():
-        if f == PKG / "store.py":
+        if f in FACADES:
             continue
         tree = ast.parse(f.read_text(), filename=str(f))
         bad += [
@@ -173,18 +177,18 @@ def test_nothing_reads_the_facades_private_attributes() -> None:
         ]
     # And no `store._anything`, whatever the attribute is called.
     names = ("store", "tt", "reader", "writer", "hostile_store", "tamper_store", "seeded")
-    bad += [hit for f in _py_files() if f != PKG / "store.py" for hit in _private_reads(f, names)]
+    bad += [hit for f in _py_files() if f not in FACADES for hit in _private_reads(f, names)]
     assert bad == []
 
 
-ENGINE_SIDE = ("engine", "planning", "validate", "timetravel", "compaction", "transfer", "verify")
+ENGINE_SIDE = ("engine", "planning", "validate", "timetravel", "compaction", "transfer", "verify", "aio")
 
 
 @pytest.mark.parametrize("module", ENGINE_SIDE)
 def test_the_engine_imports_no_cli_and_no_facade(module: str) -> None:
     path = PKG / f"{module}.py"
     assert path.is_file()
-    assert _offenders([path], ("eventstore.store", "eventstore_cli", "typer", "rich")) == []
+    assert _offenders([path], ("eventstore.store", "eventstore.asyncstore", "eventstore_cli", "typer", "rich")) == []
     assert "eventstore" not in {m for m, _ in _imports(path)}
 
 

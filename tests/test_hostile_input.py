@@ -31,6 +31,8 @@ from eventstore import samples
 from eventstore.errors import EventStoreError, InvalidEvent
 from eventstore.models import parse_action, parse_action_json
 
+pytestmark = pytest.mark.twins  # only the tests that use the `store` fixture
+
 # --------------------------------------------------------------------------- strategies
 
 # Characters that break naive quoting, escaping, LIKE patterns, C strings and encodings.

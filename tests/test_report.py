@@ -227,5 +227,8 @@ def test_cli_report_writes_the_page(tmp_path: Path) -> None:
         assert r.exit_code == 1 and r.stderr.startswith(message), r.stderr
         assert "Traceback" not in r.stderr
     assert not (tmp_path / "x.html").exists()
+    # A ref splits at '@' only before digits: "demo@x" is a session id of its own.
     r = runner.invoke(app, ["--db", db, "report", "demo@x"])
+    assert r.exit_code == 1 and "demo@x" in r.stderr, r.stderr
+    r = runner.invoke(app, ["--db", db, "report", "demo", "--at", "-1"])
     assert r.exit_code == 2

@@ -4,6 +4,7 @@ rejects the password (a private PostgreSQL cluster with scram-sha-256 authentica
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -157,7 +158,11 @@ def test_cli_errors_never_show_the_password(scram_cluster: PrivateCluster) -> No
         for command in COMMANDS:
             code, out, err = _cli_in_process([f"--db={url}", *command])
             assert code == 1, (command, out, err)
-            assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, (command, err)
+            assert len(err.strip().splitlines()) == 1, (command, err)
+            if "--json" in command:  # errors are a JSON object then
+                assert json.loads(err)["error"]["type"] == "StorageError", (command, err)
+            else:
+                assert err.startswith("error: "), (command, err)
             assert not _leaks(out + err), (command, out + err)
 
 

@@ -13,6 +13,8 @@ from eventstore.reducer import fold_json
 from eventstore.samples import random_actions
 from eventstore import EventStore
 
+pytestmark = [pytest.mark.twins, pytest.mark.usefixtures("twin")]
+
 
 def _session(store: EventStore, n: int, seed: int, session: str = "s1") -> list[dict[str, Any]]:
     actions = random_actions(random.Random(seed), n)

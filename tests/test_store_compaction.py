@@ -21,6 +21,8 @@ from eventstore.samples import random_actions
 from eventstore import EventStore
 from eventstore import engine as engine_module
 
+pytestmark = [pytest.mark.twins, pytest.mark.usefixtures("twin")]
+
 
 def _fill(store: EventStore, n: int, seed: int, session: str = "s1") -> list[dict[str, Any]]:
     actions = random_actions(random.Random(seed), n)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from conftest import make_store
+from conftest import BACKENDS, PARTITIONED, make_store
 from eventstore.errors import (
     ConcurrencyError,
     EventIdConflict,
@@ -26,7 +26,15 @@ from eventstore import engine as engine_module
 from eventstore import planning as planning_module
 from eventstore import verify as verify_module
 
+pytestmark = [pytest.mark.twins, pytest.mark.usefixtures("twin")]
+
 SEND = {"type": "send", "id": "u-1", "text": "hello"}
+
+
+@pytest.fixture(params=[*BACKENDS, PARTITIONED])
+def backend(request: pytest.FixtureRequest) -> str:
+    """This suite also runs on the session-partitioned PostgreSQL schema."""
+    return str(request.param)
 
 
 def _append_in_batches(

@@ -21,6 +21,8 @@ from eventstore.reducer import fold_json
 from eventstore.samples import chat_session, random_actions
 from eventstore import EventStore
 
+pytestmark = [pytest.mark.twins, pytest.mark.usefixtures("twin")]
+
 
 def test_storage_slices_digests_of_the_codecs_size() -> None:
     from eventstore import codec

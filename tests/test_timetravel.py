@@ -19,6 +19,8 @@ from eventstore.reducer import fold_json
 from eventstore.samples import chat_session, demo_conversation, random_actions
 from eventstore import EventStore
 
+pytestmark = [pytest.mark.twins, pytest.mark.usefixtures("twin")]
+
 _ids = itertools.count()
 
 

@@ -15,6 +15,8 @@ import pytest
 
 from eventstore import EventStore, EventStoreError, InvalidEvent, VersionNotFound
 
+pytestmark = [pytest.mark.twins, pytest.mark.usefixtures("twin")]
+
 SEND = {"type": "send", "id": "u-1", "text": "hi"}
 
 #: Values no session id (or event id, actor, branch name) may be.

@@ -2,41 +2,84 @@
 
 Each command opens the store, calls one library function and renders the result
 (human output with Rich, or one JSON document with ``--json``). Library errors become
-one ``error: …`` line on stderr and exit code 1; usage errors (a malformed
-``SESSION@VERSION``, conflicting options) exit 2. Rendering lives in :mod:`.render`.
+one ``error: …`` line on stderr and exit code 1 (a JSON object with ``--json``, see
+:mod:`.errors`); usage errors (conflicting options) exit 2. Rendering lives in
+:mod:`.render` and :mod:`.listing`; every stored value is made terminal-safe by
+:mod:`.terminal` on its way out.
+
+Start-up matters for a command line: this module imports only Typer and the CLI's own
+small modules. The library, Rich and the renderers are imported inside the commands
+that need them, so ``eventstore --help`` never loads SQLAlchemy or pydantic.
 """
 
 from __future__ import annotations
 
-import functools
-import io
-import json
-import os
-import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from typer.core import TyperGroup
 
-from eventstore import EventStore, EventStoreError
+from .database import DEFAULT_URL, open_store, parse_ref, resolve_version, sqlite_file
+from .errors import cli_errors, emit_error, fail, json_mode, usage
+from .inputs import read_actions
+from .terminal import console, is_terminal, json_text, safe
 
-from . import render
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
 
-DEFAULT_URL = "sqlite:///eventstore.db"
+__all__ = ["app", "main", "cli_errors", "fail", "usage", "open_store", "parse_ref", "read_actions"]
+
+#: Events ``history`` shows on a terminal unless told otherwise (--all, -n, --from).
+PAGE = 100
+
+
+class _Group(TyperGroup):
+    """The command group: the global ``--db`` may also follow the command's name."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, _db_first(args))
+
+
+def _db_first(args: list[str]) -> list[str]:
+    """``args`` with every ``--db URL`` given after the command moved before it."""
+    i = 0
+    while i < len(args) and args[i].startswith("-"):
+        i += 2 if args[i] == "--db" else 1
+    moved: list[str] = []
+    rest: list[str] = []
+    j = i + 1
+    while j < len(args):
+        a = args[j]
+        if a == "--":
+            rest.extend(args[j:])
+            break
+        if a == "--db" and j + 1 < len(args):
+            moved += args[j : j + 2]
+            j += 2
+            continue
+        if a.startswith("--db="):
+            moved.append(a)
+        else:
+            rest.append(a)
+        j += 1
+    return args[:i] + moved + args[i : i + 1] + rest
+
 
 app = typer.Typer(
     name="eventstore",
+    cls=_Group,
     help=(
         "Event-sourced AI chat sessions on SQLite or PostgreSQL, with time travel.\n\n"
         "Every action of a chat (a user message, a streamed part, a tool phase, a stop, a retry) "
         "is one immutable event. Load any version, fork a session at any turn, compare two "
         "paths, fold old history into a baseline, and audit what happened.\n\n"
-        "Refs are SESSION or SESSION@VERSION (version 0 is the empty state). "
+        "Refs are SESSION or SESSION@VERSION (version 0 is the empty state); a session id may "
+        "itself contain '@' (ada@example.com). --db may also follow the command's name. "
         "Try `eventstore demo` first."
     ),
     no_args_is_help=True,
@@ -45,162 +88,64 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-F = TypeVar("F", bound=Callable[..., Any])
-
 JsonOpt = typer.Option(False, "--json", help="Print one JSON document on stdout instead of tables.")
+SESSION = "SESSION"
+REF = "SESSION[@V]"
 
 
 # -- plumbing ---------------------------------------------------------------------------
 
 
 def _out() -> Console:
-    # Created per call: the test runner swaps sys.stdout between invocations.
-    return Console(soft_wrap=False)
-
-
-def _err_console() -> Console:
-    return Console(stderr=True)
-
-
-# The --db URL of the running command, so that `fail` can mask its password in any message.
-_current_url = ""
-
-
-def _passwords(url: str) -> list[str]:
-    found = re.findall(r"://[^:/@]*:([^@/]*)@", url) + re.findall(r"(?i)password=([^&]*)", url)
-    return [p for p in found if p]
-
-
-def fail(message: str, code: int = 1) -> NoReturn:
-    """Print ``error: message`` on stderr (one line, passwords masked) and exit."""
-    for pw in _passwords(_current_url):
-        message = message.replace(pw, "***")
-    message = " ".join(str(message).split())
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
-
-
-def usage(message: str) -> NoReturn:
-    """A usage error: exit code 2, like Typer's own."""
-    raise typer.BadParameter(message)
-
-
-def cli_errors(fn: F) -> F:
-    """Turn every expected failure of a command into one line on stderr and exit 1."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except EventStoreError as exc:
-            fail(str(exc))
-        except FileNotFoundError as exc:
-            fail(f"no such file: {exc.filename}")
-        except IsADirectoryError as exc:
-            fail(f"is a directory: {exc.filename}")
-        except PermissionError as exc:
-            fail(f"permission denied: {exc.filename}")
-        except OSError as exc:
-            fail(f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""))
-        except UnicodeDecodeError as exc:
-            fail(f"input is not UTF-8 text: {exc.reason}")
-        except RecursionError:  # json.loads of a hostile, deeply nested file
-            fail("input is nested too deeply to be an action")
-        except KeyboardInterrupt:
-            fail("interrupted", 130)
-
-    return wrapper  # type: ignore[return-value]
-
-
-@contextmanager
-def open_store(ctx: typer.Context) -> Iterator[EventStore]:
-    url = ctx.obj["db"] if ctx.obj else DEFAULT_URL
-    with EventStore(url) as store:
-        yield store
-
-
-def parse_ref(text: str, *, allow_head: bool = True) -> tuple[str, int | None]:
-    """``SESSION`` → (SESSION, None); ``SESSION@VERSION`` → (SESSION, VERSION).
-
-    The last ``@`` separates the version, so session ids may contain ``@`` themselves
-    as long as a version follows (``user@example.com@3``).
-    """
-    if "@" not in text:
-        if not text:
-            usage("empty session id")
-        return text, None
-    session, _, version = text.rpartition("@")
-    if not session:
-        usage(f"bad ref {text!r}: expected SESSION or SESSION@VERSION")
-    if version == "head" and allow_head:
-        return session, None
-    if not (version.isascii() and version.isdigit()):
-        usage(f"bad ref {text!r}: the version after '@' must be a number ≥ 0 (or 'head')")
-    return session, int(version)
-
-
-def _resolve_version(ref: str, at: int | None) -> tuple[str, int | None]:
-    session, version = parse_ref(ref)
-    if at is not None:
-        if version is not None and version != at:
-            usage(f"{ref!r} and --at {at} name different versions; give one")
-        version = at
-    return session, version
+    return console()
 
 
 def print_json(doc: Any) -> None:
-    typer.echo(json.dumps(doc, ensure_ascii=False, default=str, indent=2))
+    """``doc`` as JSON on stdout: exact values, terminal-safe spelling."""
+    typer.echo(json_text(doc))
 
 
 def _progress() -> Progress:
     """A Rich progress bar on stderr, shown only when stderr is a terminal."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     return Progress(
-        TextColumn("[progress.description]{task.description}"),
+        TextColumn("{task.description}", markup=False),  # descriptions may name stored ids
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        console=_err_console(),
+        console=console(stderr=True),
         transient=True,
-        disable=not sys.stderr.isatty(),
+        disable=not is_terminal(sys.stderr),
     )
 
 
-def read_actions(path: str) -> list[dict[str, Any]]:
-    """Actions from a JSON array, a single JSON object, or JSON Lines (``-`` = stdin)."""
-    if path == "-":
-        text = sys.stdin.read()
-        name = "<stdin>"
-    else:
-        text = Path(path).read_text(encoding="utf-8")
-        name = path
-    stripped = text.strip()
-    if not stripped:
-        fail(f"{name}: no actions (empty input)")
-    if stripped[0] in "[{":
-        try:
-            doc = json.loads(stripped)
-        except json.JSONDecodeError as exc:
-            if stripped[0] == "[":
-                fail(f"{name}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}")
-            doc = None  # maybe JSON Lines of objects
-        if isinstance(doc, list):
-            if not all(isinstance(a, dict) for a in doc):
-                fail(f"{name}: every element of the array must be a JSON object (an action)")
-            return doc
-        if isinstance(doc, dict):
-            return [doc]
-    actions: list[dict[str, Any]] = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            fail(f"{name}: line {n} is not valid JSON ({exc.msg}); expected a JSON array or JSON Lines")
-        if not isinstance(obj, dict):
-            fail(f"{name}: line {n} is not a JSON object (an action)")
-        actions.append(obj)
-    return actions
+@contextmanager
+def _working(what: str) -> Iterator[None]:
+    """A transient spinner on stderr while a long read runs (only on a terminal)."""
+    if not is_terminal(sys.stderr):
+        yield
+        return
+    with _progress() as bar:
+        bar.add_task(what, total=None)
+        yield
+
+
+def _width() -> int | None:
+    """The terminal's width when stdout is one, else ``None`` (lines are not cut)."""
+    if not is_terminal():
+        return None
+    import shutil
+
+    return shutil.get_terminal_size().columns
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"eventstore {version('eventstore')}")
+        raise typer.Exit()
 
 
 # -- the app ----------------------------------------------------------------------------
@@ -218,11 +163,12 @@ def _global(
         "postgresql+psycopg://user:pw@host/db. Env: EVENTSTORE_URL.",
         show_default=True,
     ),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
 ) -> None:
     """Event-sourced AI chat sessions with time travel."""
-    global _current_url
     ctx.obj = {"db": db}
-    _current_url = db
 
 
 @app.command()
@@ -230,20 +176,33 @@ def _global(
 def migrate(ctx: typer.Context) -> None:
     """Create the schema, or upgrade it to the newest revision.
 
-    Safe to run any number of times; every other command needs a migrated database.
+    Creates the database itself when it is a SQLite file that does not exist yet. Safe
+    to run any number of times; every other command needs a migrated database. Says
+    what it did: created, upgraded, or nothing to do.
     """
-    with open_store(ctx) as store:
-        store.migrate()
-        where = store.url  # the library's one masking of a URL's password
-    typer.echo(f"schema is up to date ({where})")
+    from eventstore import SchemaError
+
+    url = ctx.obj["db"]
+    path = sqlite_file(url)
+    new_file = path is not None and not path.exists()
+    with open_store(ctx, create=True) as store:
+        try:
+            store.check_schema()
+        except SchemaError:
+            store.migrate()
+            done = "created the database and its schema" if new_file else "migrated the schema to the newest revision"
+        else:
+            done = "the schema is already up to date; nothing to do"
+        shown = store.url
+    typer.echo(f"{done} ({safe(shown)})")
 
 
 @app.command()
 @cli_errors
 def append(
     ctx: typer.Context,
-    session: str = typer.Argument(..., help="The session to append to (created when new)."),
-    file: str = typer.Argument("-", help="A JSON array of actions or JSON Lines; '-' = stdin."),
+    session: str = typer.Argument(..., metavar=SESSION, help="The session to append to (created when new)."),
+    file: str = typer.Argument("-", metavar="FILE", help="A JSON array of actions or JSON Lines; '-' = stdin."),
     expected_version: int | None = typer.Option(
         None,
         "--expected-version",
@@ -261,17 +220,18 @@ def append(
     toolPhase {"type":"toolPhase","name","state","prompt"?}, stop, retry or reset. Nothing
     is written when any action is malformed or the expected version does not match.
 
+    Input JSON is strict: a key repeated within one object is refused. A new session id
+    must not end in '@' and digits (it would read as SESSION@VERSION).
+
     Example: echo '{"type":"send","id":"u-1","text":"hi"}' | eventstore append s1 -
     """
-    if "@" in session:
-        usage("append takes a SESSION, not a ref with @VERSION (events go at the head)")
     actions = read_actions(file)
     with open_store(ctx) as store:
         r = store.append(session, actions, expected_version=expected_version, actor=actor)
     if as_json:
         print_json(r.to_json())
     else:
-        typer.echo(f"appended {len(actions)} event(s) to {session}: head is now {r.version}")
+        typer.echo(f"appended {len(actions)} event(s) to {safe(session)}: head is now {r.version}")
 
 
 @app.command()
@@ -283,10 +243,12 @@ def sessions(ctx: typer.Context, as_json: bool = JsonOpt) -> None:
     if as_json:
         print_json([s.to_json() for s in infos])
         return
-    out = _out()
     if not infos:
-        out.print("no sessions yet — try `eventstore demo` or `eventstore append`")
+        typer.echo("no sessions yet — try `eventstore demo` or `eventstore append`")
         return
+    from . import render
+
+    out = _out()
     out.print(render.sessions_table(infos))
     tree = render.branch_tree(infos)
     if tree is not None:
@@ -297,13 +259,16 @@ def sessions(ctx: typer.Context, as_json: bool = JsonOpt) -> None:
 @cli_errors
 def history(
     ctx: typer.Context,
-    ref: str = typer.Argument(..., metavar="SESSION[@V]", help="Session (optionally up to version V)."),
+    ref: str = typer.Argument(..., metavar=REF, help="Session (optionally up to version V)."),
     turns: bool = typer.Option(
         False, "--turns", "-t", help="One row per turn: who, when, user text, tools, outcome."
     ),
     after: int | None = typer.Option(None, "--from", min=0, help="Only events after this version."),
     limit: int | None = typer.Option(None, "--limit", "-n", min=0, help="At most this many events."),
     last: bool = typer.Option(False, "--last", help="With --limit: the newest events instead of the oldest."),
+    show_all: bool = typer.Option(
+        False, "--all", "-a", help=f"Every event, even on a terminal (which shows {PAGE} at a time)."
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
     """Show the event log of a session, oldest first.
@@ -311,38 +276,67 @@ def history(
     A branch's history includes the prefix it inherited; the BY column names the session
     that recorded an inherited event. After a compaction the log starts at the baseline.
     --from, --limit and --last page through a long log (`history s1 -n 20 --last`: the
-    newest 20 events). With --turns, one row per turn instead: actor, start and end time,
-    the user's text, the assistant's reply (shortened), the tool calls with their final
-    states, the outcome (idle / error / stopped) and retries.
+    newest 20 events). On a terminal, without --limit, the first 100 events are shown
+    and a last line says how to see more; --all shows every event (piped output and
+    --json always have every event). With --turns, one row per turn instead: actor,
+    start and end time, the user's text, the assistant's reply, the tool calls with
+    their final states, the outcome (idle / error / stopped) and retries.
     """
+    from eventstore import VersionNotFound
+
     session, version = parse_ref(ref)
-    if turns and (after is not None or limit is not None or last):
-        usage("--turns shows every turn; it takes no --from, --limit or --last")
+    if turns and (after is not None or limit is not None or last or show_all):
+        usage("--turns shows every turn; it takes no --from, --limit, --last or --all")
     if last and limit is None:
         usage("--last needs --limit N")
+    if show_all and limit is not None:
+        usage("give --all or --limit N, not both")
+    paged = limit is None and not show_all and not as_json and is_terminal()
     with open_store(ctx) as store:
+        if version is not None:
+            head = store.head(session)
+            if version > head:
+                raise VersionNotFound(session, version, head)
         if turns:
-            rows = store.turns(session, upto=version)
+            with _working(f"reading the turns of {safe(session)}"):
+                rows = store.turns(session, upto=version)
             if as_json:
                 print_json([r.to_json() for r in rows])
             else:
+                from . import render
+
                 out = _out()
                 out.print(render.turns_view(rows, session, width=out.width))
             return
-        events = list(store.history(session, after=after, upto=version, limit=limit, desc=last))
+        want = PAGE + 1 if paged else limit
+        with _working(f"reading the history of {safe(session)}"):
+            events = list(store.history(session, after=after, upto=version, limit=want, desc=last))
     if last:
         events.reverse()  # shown oldest first either way
     if as_json:
         print_json([e.to_json() for e in events])
-    else:
-        _out().print(render.history_table(events, session))
+        return
+    more = paged and len(events) > PAGE
+    if more:
+        events = events[:PAGE]
+    from .listing import history_lines
+
+    lines = history_lines(events, session, _width())
+    sys.stdout.write("\n".join(lines) + "\n")
+    if more:
+        nxt = events[-1].version
+        sys.stdout.write(
+            f"… more events follow: `--from {nxt}` shows the next {PAGE}, "
+            "`--all` every event, `-n N --last` the newest N\n"
+        )
+    sys.stdout.flush()
 
 
 @app.command()
 @cli_errors
 def checkout(
     ctx: typer.Context,
-    ref: str = typer.Argument(..., metavar="SESSION[@V]", help="Session, optionally @VERSION."),
+    ref: str = typer.Argument(..., metavar=REF, help="Session, optionally @VERSION."),
     at: int | None = typer.Option(None, "--at", min=0, help="The version (default: head)."),
     as_json: bool = JsonOpt,
 ) -> None:
@@ -351,7 +345,7 @@ def checkout(
     Version 0 is the empty state. Versions below a compaction baseline are refused.
     With --json, prints the state object: {"messages": [...], "status": ..., "error"?}.
     """
-    session, version = _resolve_version(ref, at)
+    session, version = resolve_version(ref, at)
     with open_store(ctx) as store:
         state = store.load(session, version=version)
         shown = version if version is not None else store.head(session)
@@ -359,6 +353,8 @@ def checkout(
     if as_json:
         print_json(doc)
     else:
+        from . import render
+
         _out().print(render.state_panel(doc, f"{session}@{shown}"))
 
 
@@ -366,7 +362,7 @@ def checkout(
 @cli_errors
 def branch(
     ctx: typer.Context,
-    ref: str = typer.Argument(..., metavar="SESSION[@V]", help="Session to fork, optionally @VERSION."),
+    ref: str = typer.Argument(..., metavar=REF, help="Session to fork, optionally @VERSION."),
     at: int | None = typer.Option(None, "--at", min=0, help="Fork at this version (default: head)."),
     name: str | None = typer.Option(None, "--name", "-n", help="Id of the new session (default: generated)."),
     as_json: bool = JsonOpt,
@@ -375,24 +371,25 @@ def branch(
 
     The branch shares the parent's events up to the fork point (nothing is copied) and
     continues its numbering: a branch made at 3 has head 3. Writes to either side never
-    change the other.
+    change the other. A new id must not end in '@' and digits (it would read as
+    SESSION@VERSION).
     """
-    session, version = _resolve_version(ref, at)
+    session, version = resolve_version(ref, at)
     with open_store(ctx) as store:
         new_id = store.branch(session, at=version, new_id=name)
         head = store.head(new_id)
     if as_json:
         print_json({"id": new_id, "parent": session, "fork_version": head})
     else:
-        typer.echo(f"created {new_id} from {session}@{head}")
+        typer.echo(f"created {safe(new_id)} from {safe(session)}@{head}")
 
 
 @app.command()
 @cli_errors
 def diff(
     ctx: typer.Context,
-    left: str = typer.Argument(..., metavar="A[@V]", help="Left ref (SESSION or SESSION@VERSION)."),
-    right: str = typer.Argument(..., metavar="B[@V]", help="Right ref."),
+    left: str = typer.Argument(..., metavar=REF, help="Left ref (SESSION or SESSION@VERSION)."),
+    right: str = typer.Argument(..., metavar=REF, help="Right ref (SESSION or SESSION@VERSION)."),
     events: bool = typer.Option(
         False, "--events", "-e", help="Also list the events on each side since the fork point."
     ),
@@ -401,17 +398,19 @@ def diff(
     """Compare two refs: the shared fork point, and which messages differ.
 
     Finds the newest state both share (through any depth of branching), then lists
-    messages added (only in B, green), removed (only in A, red) and changed (yellow,
+    messages added (only in the right, green), removed (only in the left, red) and changed (yellow,
     with appended text and tool state changes), the status of each side and the number
     of events on each side since the fork.
     """
     a = parse_ref(left)
     b = parse_ref(right)
-    with open_store(ctx) as store:
+    with open_store(ctx) as store, _working("comparing"):
         d = store.diff(a, b, events=events)
     if as_json:
         print_json(d.to_json())
     else:
+        from . import render
+
         out = _out()
         out.print(render.diff_view(d))
         if events:
@@ -422,7 +421,7 @@ def diff(
 @cli_errors
 def compact(
     ctx: typer.Context,
-    session: str | None = typer.Argument(None, help="The session to compact (omit with --all)."),
+    session: str | None = typer.Argument(None, metavar=SESSION, help="The session to compact (omit with --all)."),
     upto: int | None = typer.Option(None, "--upto", min=1, help="Fold events 1..V into the baseline."),
     archive: Path | None = typer.Option(
         None, "--archive", "-a", help="First write the session as JSON Lines here (restorable with import)."
@@ -461,38 +460,44 @@ def compact(
         if as_json:
             print_json([r.to_json() for r in results])
         else:
-            changed = [r for r in results if r.removed or r.baseline_moved]
-            for r in changed:
-                kept = (
-                    f" (events up to {r.kept_for_branches} kept for branches)"
-                    if r.kept_for_branches
-                    else ""
-                )
-                typer.echo(f"{r.session}: baseline {r.baseline}, {r.removed} event(s) removed{kept}")
-            typer.echo(f"compacted {len(changed)} of {len(results)} session(s)")
+            _compact_summary(results)
         return
     if session is None or upto is None:
         usage("give SESSION --upto V, or --all --keep-last-turns N")
-    if "@" in session:
-        usage("compact takes a SESSION; give the version with --upto")
-    with open_store(ctx) as store:
+    with open_store(ctx) as store, _working(f"compacting {safe(session)}"):
         r = store.compact(session, upto=upto, archive=archive)
     if as_json:
         print_json(r.to_json())
     else:
-        msg = f"{session}: baseline is now {r.baseline}; {r.removed} event(s) removed"
+        msg = f"{safe(session)}: baseline is now {r.baseline}; {r.removed} event(s) removed"
         if r.kept_for_branches:
             msg += f", {r.kept_for_branches} kept for branches"
         if archive is not None:
-            msg += f"; archived {r.archived} event(s) to {archive}"
+            msg += f"; archived {r.archived} event(s) to {safe(archive)}"
         typer.echo(msg)
+
+
+def _compact_summary(results: list[Any]) -> None:
+    """One line per session that lost events, then one line of totals."""
+    removed = [r for r in results if r.removed]
+    for r in removed:
+        kept = f", events up to {r.kept_for_branches} kept for branches" if r.kept_for_branches else ""
+        typer.echo(f"{safe(r.session)}: baseline {r.baseline}, {r.removed} event(s) removed{kept}")
+    moved = sum(1 for r in results if r.baseline_moved and not r.removed)
+    untouched = len(results) - len(removed) - moved
+    summary = f"{sum(r.removed for r in results)} event(s) removed from {len(removed)} of {len(results)} session(s)"
+    if moved:
+        summary += f"; {moved} baseline(s) moved with every event kept for branches"
+    if untouched:
+        summary += f"; {untouched} session(s) already within the policy"
+    typer.echo(summary)
 
 
 @app.command()
 @cli_errors
 def replay(
     ctx: typer.Context,
-    ref: str = typer.Argument(..., metavar="SESSION", help="The session to step through."),
+    ref: str = typer.Argument(..., metavar=REF, help="The session to step through (SESSION@V: up to V)."),
     start: int | None = typer.Option(None, "--from", min=0, help="Start from the state at this version."),
     stop: int | None = typer.Option(None, "--to", min=0, help="Stop after this version (default: head)."),
     as_json: bool = JsonOpt,
@@ -510,23 +515,22 @@ def replay(
     if start is not None and stop is not None and start > stop:
         usage(f"--from {start} is after --to {stop}")
     with open_store(ctx) as store:
-        steps = store.replay(session, after=start, upto=stop)
+        with _working(f"replaying {safe(session)}"):
+            steps = list(store.replay(session, after=start, upto=stop))
         if as_json:
             print_json([s.to_json() for s in steps])
             return
-        out = _out()
-        n = 0
-        for step in steps:
-            render.replay_line(step, out)
-            n += 1
-        out.print(f"[dim]{n} event(s) replayed[/dim]")
+    from .listing import replay_lines
+
+    sys.stdout.write("".join(line + "\n" for line in replay_lines(steps, _width())))
+    typer.echo(f"{len(steps)} event(s) replayed")
 
 
 @app.command()
 @cli_errors
 def verify(
     ctx: typer.Context,
-    session: str | None = typer.Argument(None, help="The session to check (default: all)."),
+    session: str | None = typer.Argument(None, metavar=SESSION, help="The session to check (default: all)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Check integrity: the hash chain of every event and that snapshots equal the fold.
@@ -543,22 +547,26 @@ def verify(
     if as_json:
         print_json(report.to_json())
     else:
+        from rich.text import Text
+
         out = _out()
         for sid in report.sessions:
             mine = report.for_session(sid)
-            mark = "[red]FAILED[/red]" if mine else "[green]ok[/green]"
-            out.print(f"{sid}: {mark}")
+            mark = Text("FAILED", style="red") if mine else Text("ok", style="green")
+            out.print(Text(f"{safe(sid)}: ").append_text(mark))
             for p in mine:
-                out.print(f"  [red]•[/red] {p.message}")
+                out.print(Text("  • ", style="red").append(safe(p.message)))
         if not report.sessions:
             typer.echo("no sessions to verify")
         else:
+            verdict = Text("ok", style="green") if report.ok else Text("problems found", style="red")
             out.print(
-                f"{'[green]ok[/green]' if report.ok else '[red]problems found[/red]'}: "
-                f"{report.events} event(s) and {report.snapshots} snapshot(s) checked"
+                verdict.append(
+                    f": {report.events} event(s) and {report.snapshots} snapshot(s) checked"
+                )
             )
     if not report.ok:
-        fail(f"verify found {len(report.problems)} problem(s); see above")
+        fail(f"verify found {len(report.problems)} problem(s); see above", kind="VerifyFailed")
 
 
 @app.command()
@@ -597,7 +605,7 @@ def recover(
 @cli_errors
 def export_cmd(
     ctx: typer.Context,
-    session: str = typer.Argument(..., help="The session to export."),
+    session: str = typer.Argument(..., metavar=SESSION, help="The session to export."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write here instead of stdout."),
 ) -> None:
     """Write a session as JSON Lines: lossless (ids, versions, timestamps, actors,
@@ -606,15 +614,15 @@ def export_cmd(
     A branch's file also carries the sessions it descends from, so `eventstore import`
     recreates it anywhere — on SQLite or PostgreSQL — with identical history and hashes.
     """
-    if "@" in session:
-        usage("export takes a SESSION, not a ref")
     with open_store(ctx) as store, _progress() as bar:
-        task = bar.add_task(f"exporting {session}", total=None)
+        task = bar.add_task(f"exporting {safe(session)}", total=None)
 
         def tick(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
 
         if output is None:
+            import io
+
             buf = io.StringIO()
             n = store.export(session, buf, progress=tick)
             sys.stdout.write(buf.getvalue())
@@ -622,14 +630,16 @@ def export_cmd(
         else:  # the library writes PATH.part and renames it when complete
             n = store.export(session, output, progress=tick)
     if output is not None:
-        typer.echo(f"exported {n} event(s) of {session} to {output}", err=True)
+        typer.echo(f"exported {n} event(s) of {safe(session)} to {safe(output)}", err=True)
 
 
 @app.command("import")
 @cli_errors
 def import_cmd(
     ctx: typer.Context,
-    file: str = typer.Argument(..., help="A file written by `eventstore export` (or an archive); '-' = stdin."),
+    file: str = typer.Argument(
+        ..., metavar="FILE", help="A file written by `eventstore export` (or an archive); '-' = stdin."
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
     """Recreate sessions from an export (or compaction archive) file, verbatim.
@@ -653,7 +663,7 @@ def import_cmd(
         print_json([r.to_json() for r in results])
     else:
         for r in results:
-            typer.echo(f"{r.session}: {r.status} ({r.events} event(s), head {r.head})")
+            typer.echo(f"{safe(r.session)}: {r.status} ({r.events} event(s), head {r.head})")
 
 
 @app.command()
@@ -661,15 +671,15 @@ def import_cmd(
 def demo(ctx: typer.Context) -> None:
     """Record a sample conversation, branch it, and show history, checkout and diff.
 
-    Runs on the default SQLite file (./eventstore.db) with no setup: migrates, records a
-    shopping-assistant chat (tool calls, a confirmation, a nested sub-agent, a network
+    Runs on the database named by --db (default: the SQLite file ./eventstore.db, created
+    when missing, so no setup is needed): migrates it, records a shopping-assistant chat (tool calls, a confirmation, a nested sub-agent, a network
     error and a retry) as session `demo` (`demo-2`, … when taken), forks it after the
     first turn into `<id>-alt` with a different second turn, then prints the turn view,
     the branch's state and the diff between the two paths.
     """
     from .demo import run_demo
 
-    with open_store(ctx) as store:
+    with open_store(ctx, create=True) as store:
         run_demo(store, _out())
 
 
@@ -679,7 +689,7 @@ def report(
     ctx: typer.Context,
     ref: str = typer.Argument(..., metavar="SESSION[@V]", help="Session, optionally @VERSION."),
     at: int | None = typer.Option(None, "--at", min=0, help="Render the session as it was at this version."),
-    output: Path | None = typer.Option(None, "--output", "-o", help="Write the page here instead of stdout."),
+    output: Path | None = typer.Option(None, "--output", "-o", metavar="FILE", help="Write the page here instead of stdout."),
     against: str | None = typer.Option(
         None, "--diff", metavar="B[@V]", help="Render the difference from SESSION[@V] to this ref instead."
     ),
@@ -693,30 +703,41 @@ def report(
     give `eventstore checkout`. Nothing in the page loads from the network or runs code
     from the log. With --diff, the page shows what differs between two refs instead.
     """
-    session, version = _resolve_version(ref, at)
+    session, version = resolve_version(ref, at)
     other = parse_ref(against) if against is not None else None
     with open_store(ctx) as store:
-        page = store.report(session, version, against=other)
+        page = store.report(session, version, against=other, out=output)
     if output is None:
         sys.stdout.write(page)
         sys.stdout.flush()
         return
-    # Written beside the target and renamed over it: a reader never sees half a page.
-    tmp = output.with_name(f".{output.name}.{os.getpid()}.part")
-    try:
-        with tmp.open("w", encoding="utf-8") as fh:
-            fh.write(page)
-            fh.flush()
-            os.fsync(fh.fileno())
-        tmp.replace(output)
-    finally:
-        tmp.unlink(missing_ok=True)
-    typer.echo(f"wrote the report of {ref if other is None else f'{ref} against {against}'} to {output}", err=True)
+    what = ref if against is None else f"{ref} against {against}"
+    typer.echo(f"wrote the report of {safe(what)} to {safe(output)}", err=True)
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point: under ``--json`` usage errors too are JSON objects."""
+    as_json = "--json" in sys.argv[1:]
+    try:
+        code = app(standalone_mode=False)
+    except typer.Abort:
+        emit_error("Interrupted", "interrupted")
+        sys.exit(130)
+    except Exception as exc:
+        # Typer's own usage errors (a missing argument, an unknown option) are click
+        # exceptions; whichever click Typer ships, they carry these three members.
+        exit_code = getattr(exc, "exit_code", None)
+        message = getattr(exc, "format_message", None)
+        show = getattr(exc, "show", None)
+        if not isinstance(exit_code, int) or message is None or show is None:
+            raise
+        if as_json:
+            json_mode(True)
+            emit_error("UsageError" if exit_code == 2 else type(exc).__name__, message())
+        else:
+            show()
+        sys.exit(exit_code)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -6,6 +6,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.rule import Rule
+from rich.text import Text
 
 from eventstore import EventStore, SessionNotFound
 from eventstore.samples import demo_conversation
@@ -85,13 +86,13 @@ def run_demo(store: EventStore, out: Console) -> tuple[str, str]:
     alt = store.branch(session, at=fork_at, new_id=f"{session}-alt")
     alt_head = record(store, alt, ALT_TURN, start=fork_at)
 
-    out.print(Rule(f"recorded {session}: {head} events; branched {alt} at {fork_at}"))
+    out.print(Rule(Text(f"recorded {session}: {head} events; branched {alt} at {fork_at}")))
     out.print(render.turns_view(store.turns(session), session, width=out.width))
-    out.print(Rule(f"checkout {alt} (head {alt_head})"))
+    out.print(Rule(Text(f"checkout {alt} (head {alt_head})")))
     out.print(render.state_panel(store.load(alt).to_json(), f"{alt}@{alt_head}"))
-    out.print(Rule(f"diff {session} {alt}"))
+    out.print(Rule(Text(f"diff {session} {alt}")))
     out.print(render.diff_view(store.diff((session, None), (alt, None))))
-    out.print(Rule("try next"))
+    out.print(Rule(Text("try next")))
     for cmd in (
         f"eventstore history {session} --turns",
         f"eventstore checkout {session}@{fork_at}",
@@ -100,5 +101,5 @@ def run_demo(store: EventStore, out: Console) -> tuple[str, str]:
         "eventstore sessions",
         "eventstore verify",
     ):
-        out.print(f"  [bold]{cmd}[/bold]")
+        out.print(Text(f"  {cmd}", style="bold"))
     return session, alt

@@ -2,21 +2,41 @@
 
 Every function takes plain library results (records, states as JSON dicts, diffs,
 turns) and a Rich console; the commands in :mod:`eventstore_cli.app` decide what to
-fetch, these decide how it looks.
+fetch, these decide how it looks. Stored values only ever reach Rich as
+:class:`~rich.text.Text` or as strings passed through :func:`.terminal.safe`, on consoles
+that parse no markup, so chat text prints literally and cannot drive the terminal.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rich.console import Console, Group
+from rich.console import Group
+from rich.padding import Padding
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
+
+from .summary import action_summary, compact_json, iso, short_time, shorten
+from .terminal import safe
+
+__all__ = [
+    "iso",
+    "short_time",
+    "shorten",
+    "compact_json",
+    "action_summary",
+    "styled_status",
+    "turns_table",
+    "turns_view",
+    "sessions_table",
+    "branch_tree",
+    "state_panel",
+    "diff_view",
+    "diff_events",
+]
 
 JSON = dict[str, Any]
 
@@ -32,90 +52,21 @@ STATUS_STYLE = {
 }
 
 
-def iso(dt: datetime | None) -> str | None:
-    """ISO 8601 in UTC with a ``Z`` suffix, as the JSON output uses."""
-    if dt is None:
-        return None
-    return dt.isoformat().replace("+00:00", "Z")
-
-
-def short_time(dt: datetime | None) -> str:
-    return "" if dt is None else dt.strftime("%Y-%m-%d %H:%M:%S")
-
-
-def shorten(text: str, limit: int = 60) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def compact_json(value: Any, limit: int = 60) -> str:
-    return shorten(json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str), limit)
-
-
 def styled_status(status: str | None) -> Text:
     s = status or ""
-    return Text(s, style=STATUS_STYLE.get(s, ""))
+    return Text(safe(s), style=STATUS_STYLE.get(s, ""))
 
 
-def action_summary(action: Mapping[str, Any]) -> str:
-    """A one-line description of an action (the wire shape, docs/format.md)."""
-    kind = action.get("type")
-    if kind == "send":
-        return f"{action.get('id')}: {shorten(str(action.get('text', '')), 50)!r}"
-    if kind == "toolPhase":
-        prompt = f" {shorten(str(action['prompt']), 40)!r}" if action.get("prompt") else ""
-        return f"{action.get('name')} → {action.get('state')}{prompt}"
-    if kind == "part":
-        part = action.get("part", {})
-        pt = part.get("type")
-        within = f" [within {action['within']}]" if action.get("within") else ""
-        if pt == "text-delta":
-            body = f"{part.get('messageId')} {str(part.get('text', ''))!r}"
-        elif pt == "reasoning":
-            body = f"{part.get('messageId')} {shorten(str(part.get('text', '')), 40)!r}"
-        elif pt == "message-start":
-            body = str(part.get("messageId"))
-        elif pt == "tool-call":
-            body = f"{part.get('name')}({part.get('id')}) {compact_json(part.get('input'), 40)}"
-        elif pt == "tool-result":
-            body = f"{part.get('id')} → {compact_json(part.get('output'), 40)}"
-        elif pt == "tool-error":
-            body = f"{part.get('id')} ✗ {compact_json(part.get('error'), 40)}"
-        elif pt == "finish":
-            body = str(part.get("reason", ""))
-        elif pt == "error":
-            code = f" ({part['code']})" if part.get("code") else ""
-            body = f"{part.get('error')}{code}"
-        else:
-            body = ""
-        return f"{pt} {body}".rstrip() + within
-    return ""
+#: Characters of a turn's texts the turn view shows (``--json`` has them whole).
+TURN_TEXT = 400
 
 
-def history_table(events: Iterable[Any], session: str, title: str | None = None) -> Table:
-    """The event log as a table; inherited events show the session that recorded them."""
-    t = Table(title=title or f"history of {session}", show_lines=False, header_style="bold")
-    t.add_column("ver", justify="right")
-    t.add_column("turn", justify="right")
-    t.add_column("type")
-    t.add_column("action", overflow="fold")
-    t.add_column("actor")
-    t.add_column("recorded (UTC)")
-    t.add_column("by", style="dim")
-    for e in events:
-        inherited = e.session_id != session
-        style = "dim" if inherited else ""
-        t.add_row(
-            str(e.version),
-            str(e.turn),
-            Text(e.type, style="bold" if e.type == "send" else ""),
-            action_summary(e.action),
-            e.actor or "",
-            short_time(e.recorded_at),
-            e.session_id if inherited else "",
-            style=style,
-        )
-    return t
+def _body(text: str, limit: int = TURN_TEXT) -> str:
+    """A message text for the turn view: its lines kept, cut at ``limit`` characters."""
+    text = text.strip()
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return safe(text, multiline=True)
 
 
 def _duration(tr: Any) -> str:
@@ -125,7 +76,7 @@ def _duration(tr: Any) -> str:
 
 def turns_table(turns: Sequence[Any], session: str) -> Table:
     """The turn view: one row per turn."""
-    t = Table(title=f"turns of {session}", show_lines=True, header_style="bold", expand=True)
+    t = Table(title=Text(f"turns of {safe(session)}"), show_lines=True, header_style="bold", expand=True)
     t.add_column("#", justify="right", no_wrap=True)
     t.add_column("when, who", no_wrap=True)
     t.add_column("user", ratio=2, min_width=12)
@@ -137,8 +88,8 @@ def turns_table(turns: Sequence[Any], session: str) -> Table:
         for i, c in enumerate(tr.tools):
             if i:
                 tools.append("\n")
-            tools.append("  " * c.depth + c.name + " ")
-            tools.append(c.state, style=STATUS_STYLE.get(c.state, ""))
+            tools.append("  " * c.depth + safe(c.name) + " ")
+            tools.append(safe(c.state), style=STATUS_STYLE.get(c.state, ""))
         outcome = styled_status(tr.outcome)
         if tr.error:
             outcome.append(f"\n{shorten(tr.error, 24)}", style="red")
@@ -146,23 +97,33 @@ def turns_table(turns: Sequence[Any], session: str) -> Table:
             outcome.append(f"\n{tr.retries} retr{'y' if tr.retries == 1 else 'ies'}", style="yellow")
         when = f"{tr.started.strftime('%H:%M:%S')} +{_duration(tr)}\nv{tr.first_version}–{tr.last_version}"
         if tr.actors:
-            when += "\n" + "\n".join(tr.actors)
+            when += "\n" + "\n".join(safe(a) for a in tr.actors)
         t.add_row(
             str(tr.turn) + ("\n(partial)" if tr.partial else ""),
             Text(when, style=""),
-            tr.user_text,
-            tr.assistant_text,
+            Text(_body(tr.user_text)),
+            Text(_body(tr.assistant_text)),
             tools,
             outcome,
         )
     return t
 
 
+def _labelled(rows: list[tuple[str, str, Text]]) -> Table:
+    """Label / value rows whose values wrap inside their own column, not to column 0."""
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold")
+    for label, style, value in rows:
+        grid.add_row(Text(label, style=style), value)
+    return grid
+
+
 def turns_view(turns: Sequence[Any], session: str, width: int = 80) -> Any:
     """The turn view: a table on a wide terminal, one block per turn on a narrow one."""
     if width >= 120:
         return turns_table(turns, session)
-    out: list[Any] = [Text(f"turns of {session}", style="bold")]
+    out: list[Any] = [Text(f"turns of {safe(session)}", style="bold")]
     for tr in turns:
         head = Text()
         head.append(f"turn {tr.turn}", style="bold")
@@ -170,32 +131,35 @@ def turns_view(turns: Sequence[Any], session: str, width: int = 80) -> Any:
             head.append(" (partial: starts before the baseline)", style="dim")
         head.append(f"  v{tr.first_version}–{tr.last_version}  ", style="dim")
         head.append(f"{short_time(tr.started)} +{_duration(tr)}  ")
-        head.append(", ".join(tr.actors), style="cyan")
+        head.append(", ".join(safe(a) for a in tr.actors), style="cyan")
         head.append("  ")
         head.append_text(styled_status(tr.outcome))
         if tr.retries:
             head.append(f"  {tr.retries} retr{'y' if tr.retries == 1 else 'ies'}", style="yellow")
         out.append(head)
+        rows: list[tuple[str, str, Text]] = []
         if tr.user_text:
-            out.append(Text.assemble(("  user       ", "bold blue"), tr.user_text))
+            rows.append(("user", "bold blue", Text(_body(tr.user_text))))
         if tr.assistant_text:
-            out.append(Text.assemble(("  assistant  ", "bold magenta"), tr.assistant_text))
+            rows.append(("assistant", "bold magenta", Text(_body(tr.assistant_text))))
         if tr.tools:
-            line = Text("  tools      ", style="bold")
+            line = Text()
             for i, c in enumerate(tr.tools):
                 if i:
                     line.append(" · ")
-                line.append(("↳ " if c.depth else "") + c.name + " ")
-                line.append(c.state, style=STATUS_STYLE.get(c.state, ""))
-            out.append(line)
+                line.append(("↳ " if c.depth else "") + safe(c.name) + " ")
+                line.append(safe(c.state), style=STATUS_STYLE.get(c.state, ""))
+            rows.append(("tools", "bold", line))
         if tr.error:
-            out.append(Text(f"  error      {tr.error}", style="red"))
+            rows.append(("error", "red", Text(safe(tr.error, multiline=True), style="red")))
+        if rows:
+            out.append(Padding(_labelled(rows), (0, 0, 0, 2)))
         out.append(Text(""))
     return Group(*out)
 
 
 def sessions_table(infos: Sequence[Any]) -> Table:
-    t = Table(title="sessions", header_style="bold")
+    t = Table(title=Text("sessions"), header_style="bold")
     t.add_column("session")
     t.add_column("head", justify="right")
     t.add_column("parent")
@@ -204,9 +168,9 @@ def sessions_table(infos: Sequence[Any]) -> Table:
     t.add_column("state")
     for s in infos:
         t.add_row(
-            s.id,
+            Text(safe(s.id)),
             str(s.head),
-            s.parent or "",
+            Text(safe(s.parent or "")),
             "" if s.fork_version is None else str(s.fork_version),
             str(s.baseline or 0),
             Text(session_state(s)),
@@ -234,34 +198,38 @@ def branch_tree(infos: Sequence[Any]) -> Tree | None:
     for s in infos:
         if s.parent:
             children.setdefault(s.parent, []).append(s)
-    tree = Tree("[bold]branches[/bold]")
+    tree = Tree(Text("branches", style="bold"))
 
     def add(node: Tree, info: Any) -> None:
         for c in children.get(info.id, []):
-            add(node.add(f"{c.id} [dim](forked at {c.fork_version}, head {c.head})[/dim]"), c)
+            label = Text(safe(c.id))
+            label.append(f" (forked at {c.fork_version}, head {c.head})", style="dim")
+            add(node.add(label), c)
 
     for s in infos:
         if (not s.parent or s.parent not in ids) and s.id in children:
-            add(tree.add(f"[bold]{s.id}[/bold] [dim](head {s.head})[/dim]"), s)
+            label = Text(safe(s.id), style="bold")
+            label.append(f" (head {s.head})", style="dim")
+            add(tree.add(label), s)
     return tree
 
 
-def _part_lines(part: Mapping[str, Any], indent: int) -> list[Text]:
+def _part_lines(part: Mapping[str, Any], indent: int) -> list[Any]:
     pad = "  " * indent
     kind = part.get("type")
     if kind == "text":
-        return [Text(pad + str(part.get("text", "")))]
+        return [_indented(safe(part.get("text", ""), multiline=True), pad)]
     if kind == "reasoning":
-        return [Text(pad + "💭 " + str(part.get("text", "")), style="dim italic")]
+        return [_indented("💭 " + safe(part.get("text", ""), multiline=True), pad, "dim italic")]
     if kind == "tool":
         state = str(part.get("state"))
         line = Text(pad + "⚙ ")
-        line.append(f"{part.get('name')}", style="bold")
+        line.append(safe(part.get("name")), style="bold")
         line.append(f"({compact_json(part.get('input', {}), 50)}) ")
-        line.append(state, style=STATUS_STYLE.get(state, ""))
-        out = [line]
+        line.append(safe(state), style=STATUS_STYLE.get(state, ""))
+        out: list[Any] = [line]
         if "prompt" in part:
-            out.append(Text(pad + f"   ? {part['prompt']}", style="cyan"))
+            out.append(_indented("? " + safe(part["prompt"], multiline=True), pad + "   ", "cyan"))
         if "output" in part:
             out.append(Text(pad + f"   → {compact_json(part['output'], 70)}", style="green"))
         if "error" in part:
@@ -274,16 +242,23 @@ def _part_lines(part: Mapping[str, Any], indent: int) -> list[Text]:
             for m in agent.get("messages", []):
                 out.extend(_message_lines(m, indent + 2))
         return out
-    return [Text(pad + json.dumps(part, default=str), style="dim")]
+    return [Text(pad + compact_json(part, 10_000), style="dim")]
 
 
-def _message_lines(m: Mapping[str, Any], indent: int = 0) -> list[Text]:
+def _indented(text: str, pad: str, style: str = "") -> Any:
+    """``text`` (already safe) whose wrapped lines stay indented by ``pad``."""
+    if not pad:
+        return Text(text, style=style)
+    return Padding(Text(text, style=style), (0, 0, 0, len(pad)))
+
+
+def _message_lines(m: Mapping[str, Any], indent: int = 0) -> list[Any]:
     pad = "  " * indent
     role = str(m.get("role"))
     head = Text(pad)
-    head.append(f"{role} ", style="bold blue" if role == "user" else "bold magenta")
-    head.append(f"{m.get('id')}", style="dim")
-    out = [head]
+    head.append(f"{safe(role)} ", style="bold blue" if role == "user" else "bold magenta")
+    head.append(safe(m.get("id")), style="dim")
+    out: list[Any] = [head]
     for p in m.get("parts", []):
         out.extend(_part_lines(p, indent + 1))
     return out
@@ -291,7 +266,7 @@ def _message_lines(m: Mapping[str, Any], indent: int = 0) -> list[Text]:
 
 def state_panel(state: Mapping[str, Any], title: str) -> Panel:
     """A checked-out state: every message with its parts, then status and error."""
-    lines: list[Text] = []
+    lines: list[Any] = []
     for m in state.get("messages", []):
         lines.extend(_message_lines(m))
     foot = Text("status: ")
@@ -299,26 +274,29 @@ def state_panel(state: Mapping[str, Any], title: str) -> Panel:
     err = state.get("error")
     if isinstance(err, Mapping):
         code = f" ({err['code']})" if err.get("code") else ""
-        foot.append(f"   error: {err.get('message')}{code}", style="red")
+        foot.append(f"   error: {safe(err.get('message'))}{safe(code)}", style="red")
     if not lines:
         lines.append(Text("(no messages)", style="dim"))
-    return Panel(Group(*lines, Text(""), foot), title=title, title_align="left")
+    return Panel(Group(*lines, Text(""), foot), title=Text(safe(title)), title_align="left")
 
 
 def diff_view(d: Any) -> Group:
-    """A coloured diff: base, added (green), removed (red), changed (yellow, with details)."""
+    """A coloured diff: base, added (green), removed (red), changed (yellow, with details).
+
+    Long lines wrap inside their indentation, within the console's width.
+    """
     out: list[Any] = []
     head = Text()
-    head.append(f"{d.left}", style="bold red")
+    head.append(safe(d.left), style="bold red")
     head.append("  ⟷  ")
-    head.append(f"{d.right}", style="bold green")
+    head.append(safe(d.right), style="bold green")
     out.append(head)
     if d.base is None:
         out.append(Text("no shared history", style="dim"))
     else:
         out.append(
             Text(
-                f"base {d.base}   ({d.events_left} event(s) on the left, "
+                f"base {safe(d.base)}   ({d.events_left} event(s) on the left, "
                 f"{d.events_right} on the right since)",
                 style="dim",
             )
@@ -326,29 +304,34 @@ def diff_view(d: Any) -> Group:
     if d.identical:
         out.append(Text("no differences", style="bold"))
         return Group(*out)
-    for mid in d.removed:
-        out.append(Text(f"- {d.summary(mid)}", style="red"))
-    for mid in d.added:
-        out.append(Text(f"+ {d.summary(mid)}", style="green"))
+    for sign, ids, style in (("-", d.removed, "red"), ("+", d.added, "green")):
+        for mid in ids:
+            out.append(_hanging(sign, safe(d.summary(mid)), style))
     for c in d.details:
-        out.append(Text(f"~ {c.role} {c.id}", style="yellow"))
+        out.append(_hanging("~", f"{safe(c.role)} {safe(c.id)}", "yellow"))
         for line in c.lines:
             style = "green" if line.startswith("+") else "red" if line.startswith("-") else ""
-            out.append(Text(f"    {line}", style=style))
+            out.append(Padding(Text(safe(line), style=style), (0, 0, 0, 4)))
     if d.status_left != d.status_right:
         st = Text("status ")
-        st.append(d.status_left, style="red")
+        st.append(safe(d.status_left), style="red")
         st.append(" → ")
-        st.append(d.status_right, style="green")
+        st.append(safe(d.status_right), style="green")
         out.append(st)
     if d.error_left != d.error_right:
         out.append(
-            Text(
-                f"error {_err(d.error_left)} → {_err(d.error_right)}",
-                style="yellow",
-            )
+            _hanging("error", f"{_err(d.error_left)} → {_err(d.error_right)}", "yellow")
         )
     return Group(*out)
+
+
+def _hanging(mark: str, text: str, style: str) -> Table:
+    """``mark`` then ``text`` (already safe), wrapped lines aligned after the mark."""
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold")
+    grid.add_row(Text(mark, style=style), Text(text, style=style))
+    return grid
 
 
 def diff_events(d: Any) -> Group:
@@ -358,25 +341,16 @@ def diff_events(d: Any) -> Group:
         ("left", d.left, d.left_events or (), "red"),
         ("right", d.right, d.right_events or (), "green"),
     ):
-        out.append(Text(f"{label} {ref}: {len(events)} event(s) since the base", style=f"bold {style}"))
+        out.append(
+            Text(f"{label} {safe(ref)}: {len(events)} event(s) since the base", style=f"bold {style}")
+        )
         for e in events:
             line = Text(f"  {e.version:>5} ", style=style)
-            line.append(f"{e.type:<9}", style="cyan")
+            line.append(f"{safe(e.type):<9}", style="cyan")
             line.append(action_summary(e.action))
             out.append(line)
     return Group(*out)
 
 
 def _err(e: Mapping[str, Any] | None) -> str:
-    return "none" if not e else repr(e.get("message"))
-
-
-def replay_line(step: Any, console: Console) -> None:
-    """One replay step: version, event and what it changed."""
-    e = step.event
-    head = Text(f"{e.version:>5} ", style="bold")
-    head.append(f"{e.type:<9}", style="cyan")
-    head.append(action_summary(e.action))
-    console.print(head)
-    for line in step.changes:
-        console.print(Text(f"        {line}", style="dim"))
+    return "none" if not e else safe(repr(e.get("message")))

@@ -6,9 +6,11 @@ action or a state is; ``eventstore.store`` joins storage with the codec and the 
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, SAWarning
 
 from ..errors import StorageError
 from .base import (
@@ -20,7 +22,10 @@ from .base import (
     SnapshotRow,
     Storage,
 )
-from .sql import mask_url
+from .urls import check_driver, mask_url, quote_password
+
+# Options that only a PostgreSQL storage understands (refused for SQLite, not ignored).
+_POSTGRES_ONLY = ("replicas", "max_replica_lag", "replica_wait", "partitions")
 
 __all__ = [
     "open_storage",
@@ -40,26 +45,64 @@ def open_storage(url: str, **options: Any) -> Storage:
     Args:
         url: ``sqlite:///path.db`` (``sqlite://`` for memory) or
             ``postgresql+psycopg://user:pw@host/db`` (``postgresql://`` means the same).
-        **options: backend options (``busy_timeout_ms`` for SQLite, ``pool_size`` for PostgreSQL).
+        **options: backend options (``busy_timeout_ms`` for SQLite, ``pool_size`` for PostgreSQL);
+            PostgreSQL only: ``replicas`` (URLs of streaming replicas that serve reads),
+            ``max_replica_lag`` and ``replica_wait`` (seconds; see
+            :class:`~eventstore.storage.replicas.ReplicatedPostgresStorage`) and
+            ``partitions`` (hash-partition new event and snapshot tables by session).
 
     Returns:
         A :class:`Storage`; close it with ``close()``.
 
     Raises:
-        StorageError: the URL is malformed or names an unsupported database.
+        StorageError: the URL is malformed or names an unsupported database, or a
+            PostgreSQL-only option is given for SQLite.
     """
+    url = quote_password(url)
     try:
-        backend = make_url(url).get_backend_name()
+        parsed = make_url(url)
+        backend = parsed.get_backend_name()
+        driver = parsed.drivername.partition("+")[2] or None
     except Exception as exc:  # noqa: BLE001 - any parse failure is the caller's URL
-        raise StorageError(f"not a database URL: {mask_url(url)!r} ({exc})") from exc
-    if backend == "sqlite":
-        from .sqlite import SQLiteStorage
+        raise StorageError(f"not a database URL: {mask_url(url)} ({_first_line(exc, url)})") from exc
+    refused = check_driver(backend, driver)
+    if refused is not None:
+        raise StorageError(f"{refused} (in {mask_url(url)})")
+    try:
+        with warnings.catch_warnings():
+            # e.g. query arguments the SQLite driver would silently ignore
+            warnings.simplefilter("error", SAWarning)
+            if backend == "sqlite":
+                from .sqlite import SQLiteStorage
 
-        return SQLiteStorage(url, **options)
-    if backend in ("postgresql", "postgres"):
-        from .postgres import PostgresStorage
+                for name in _POSTGRES_ONLY:
+                    value = options.get(name)
+                    # Asking for none of it is fine: no replicas, zero partitions.
+                    if not (value is None or value in ([], ()) or (type(value) is int and value == 0)):
+                        raise StorageError(
+                            f"{name} needs PostgreSQL; {mask_url(url)} is SQLite "
+                            "(see docs/scaling.md)"
+                        )
+                    options.pop(name, None)
+                return SQLiteStorage(url, **options)
+            from .postgres import PostgresStorage
 
-        return PostgresStorage(url, **options)
-    raise StorageError(
-        f"unsupported database {backend!r} in {mask_url(url)}; use sqlite:/// or postgresql://"
-    )
+            if options.get("replicas") in (None, [], ()):
+                for name in ("replicas", "max_replica_lag", "replica_wait"):
+                    options.pop(name, None)
+                return PostgresStorage(url, **options)
+            if options.get("use_asyncio"):
+                # Its replica probes and bounded waits are written for threads, not a loop.
+                raise StorageError("read replicas are not available on AsyncEventStore yet; use EventStore")
+            from .replicas import ReplicatedPostgresStorage
+
+            return ReplicatedPostgresStorage(url, **options)
+    except (ImportError, ArgumentError, SAWarning) as exc:
+        # A driver or URL argument SQLAlchemy cannot use: the caller's URL, not the database.
+        raise StorageError(f"bad database URL {mask_url(url)}: {_first_line(exc, url)}") from exc
+
+
+def _first_line(exc: BaseException, url: str) -> str:
+    # Parser messages may span lines and may quote the URL: keep one line, masked.
+    lines = str(exc).replace(url, mask_url(url)).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__

@@ -5,22 +5,29 @@ This is the only module that imports psycopg.
 
 from __future__ import annotations
 
+import asyncio
+import re
 import select as _select
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 import psycopg
 import psycopg.errors
-from sqlalchemy import Connection, create_engine, event, func, select
+from sqlalchemy import Connection, create_engine, event, func, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.util import await_
 
+from ..errors import SchemaError, StorageError
 from .base import DIGEST_SIZE, EventRow, LoadParts, SnapshotRow, TurnBatch
-from .sql import ErrorKind, SqlStorage, session_row
+from .sql import Compiled, ErrorKind, SqlStorage, session_row
 
 __all__ = [
     "PostgresStorage",
@@ -28,6 +35,9 @@ __all__ = [
     "DROP_IMMUTABILITY_DDL_V1",
     "audit_ddl_v2",
     "DROP_AUDIT_DDL_V2",
+    "PARTITION_SETTING",
+    "MAX_PARTITIONS",
+    "hash_partitions_ddl",
 ]
 
 # pg_advisory_xact_lock key for migrations: crc32(b"eventstore-migrate").
@@ -103,6 +113,69 @@ def audit_ddl_v2(schema: str) -> tuple[str, ...]:
 
 #: Undoes :func:`audit_ddl_v2`: the guard of revision 0001.
 DROP_AUDIT_DDL_V2 = (_guard_function("compaction_permits"),)
+
+#: The server setting that asks `migrate` for session-partitioned tables when the
+#: `partitions` option is not given (``ALTER DATABASE db SET eventstore.partitions = 16``,
+#: or ``options=-c eventstore.partitions=16`` in the URL).
+PARTITION_SETTING = "eventstore.partitions"
+#: The most hash partitions `migrate` creates (each one costs planning time).
+MAX_PARTITIONS = 1024
+
+# Whether the `events` table on the search path is partitioned, and into how many parts.
+_PARTITION_STATE = text(
+    "SELECT c.relkind = 'p', (SELECT count(*) FROM pg_inherits i WHERE i.inhparent = c.oid) "
+    "FROM pg_class c WHERE c.oid = to_regclass('events')"
+)
+
+
+# A partition's copies of the events' keys get names of PostgreSQL's choosing.
+_PARTITION_PK = re.compile(r"events_p\d+_pkey")
+_PARTITION_EVENT_ID = re.compile(r"events_p\d+_session_pk_event_id_idx")
+
+
+def hash_partitions_ddl(table: str, n: int) -> list[str]:
+    """The partitions of a table created ``PARTITION BY HASH (session_pk)``: ``table_p00``...
+
+    Each session's rows live in exactly one partition, chosen by the hash of its key.
+    The events' partitions get the TRUNCATE guard too: a statement trigger on the parent
+    does not fire for a TRUNCATE of one partition.
+    """
+    width = len(str(n - 1))
+    out: list[str] = []
+    for i in range(n):
+        part = f"{table}_p{i:0{width}d}"
+        # Names from a constant and an integer, never from input.
+        out.append(
+            f"CREATE TABLE {part} PARTITION OF {table} "
+            f"FOR VALUES WITH (MODULUS {n}, REMAINDER {i})"
+        )
+        if table == "events":
+            out.append(
+                f"CREATE TRIGGER events_no_truncate BEFORE TRUNCATE ON {part} "
+                "FOR EACH STATEMENT EXECUTE FUNCTION eventstore_events_guard()"
+            )
+    return out
+
+
+def _partition_count(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise StorageError(f"{where} must be a whole number of partitions, not {value!r}")
+    if not 0 <= value <= MAX_PARTITIONS:
+        raise StorageError(f"{where} must be between 0 and {MAX_PARTITIONS}, not {value}")
+    return value
+
+
+def _partition_setting(value: str | None) -> int:
+    """The server's ``eventstore.partitions`` (unset or empty: 0)."""
+    text_value = (value or "").strip()
+    if not text_value:
+        return 0
+    if not text_value.isdigit():
+        raise StorageError(
+            f"{PARTITION_SETTING} must be a whole number of partitions, not {text_value!r}"
+        )
+    return _partition_count(int(text_value), PARTITION_SETTING)
+
 
 # One statement, one round trip, its own transaction (run in autocommit): move the head
 # only if it is still what the writer saw (the version check built in; the UPDATE takes
@@ -230,6 +303,7 @@ _RETRYABLE = (
 
 
 _CHECKED_IN = "eventstore_checked_in"
+_IDLE = psycopg.pq.TransactionStatus.IDLE
 
 
 def _on_checkin(_dbapi_conn: Any, record: Any) -> None:
@@ -254,7 +328,13 @@ _CONFIG_ERRORS = (
     "authentication failed",
     "does not exist",
     "no pg_hba.conf entry",
+    # a malformed connection parameter of the URL (?sslmode=bogus, a port out of range)
+    "invalid connection option",
+    "invalid port number",
+    "invalid integer value",
+    "bad value for",
 )
+_INVALID_VALUE = re.compile(r"invalid \w+ value")
 
 
 def _is_config_error(exc: BaseException) -> bool:
@@ -262,7 +342,144 @@ def _is_config_error(exc: BaseException) -> bool:
     if sqlstate.startswith("28") or sqlstate == "3D000":
         return True
     text = str(exc)
-    return any(phrase in text for phrase in _CONFIG_ERRORS)
+    return any(phrase in text for phrase in _CONFIG_ERRORS) or bool(_INVALID_VALUE.search(text))
+
+
+class _HotConnections:
+    """The async engine's autocommit connections for its one-statement appends and loads.
+
+    Used from engine code running in a greenlet (see :mod:`eventstore.aio`), on one event
+    loop. The connections stay in autocommit, so a statement costs one awaited round trip
+    and nothing else: no pool events, no autocommit switching, no reset on return (what
+    the SQLAlchemy pool would add, about as much client CPU as psycopg's own work). At most
+    ``size`` are open; a caller beyond that waits for one to come back. A connection that
+    sat idle longer than ``ping_after`` seconds, or whose socket has something to read, is
+    pinged first and replaced when dead, as the sync pool's checkout does.
+    """
+
+    def __init__(self, connect: Any, size: int, ping_after: float) -> None:
+        self._connect = connect
+        self._size = size
+        self._ping_after = ping_after
+        self._idle: list[tuple[Any, float]] = []
+        self._open = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._closed = False
+
+    def get(self, *, suspect_before: float, ping: bool) -> Any:
+        """A live connection (awaits on the loop when one must be opened or waited for).
+
+        Args:
+            suspect_before: connections checked in before this (monotonic) instant are
+                pinged (a connection failed since: the server may have dropped them all).
+            ping: ping whatever connection is handed out.
+
+        Raises:
+            StorageError: the store was closed.
+        """
+        while True:
+            if self._closed:
+                raise StorageError("the store is closed", retryable=False)
+            if self._idle:
+                conn, since = self._idle.pop()
+                if conn.closed or conn.broken:
+                    self._open -= 1
+                    continue
+                if (
+                    ping
+                    or since <= suspect_before
+                    or time.monotonic() - since > self._ping_after
+                    or _readable(conn)
+                ):
+                    try:
+                        await_(conn.execute(""))
+                    except psycopg.Error:
+                        self._discard(conn)
+                        continue
+                return conn
+            if self._open < self._size:
+                self._open += 1
+                try:
+                    return await_(self._connect())
+                except BaseException:
+                    self._open -= 1
+                    self._wake()
+                    raise
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            await_(waiter)
+
+    def put(self, conn: Any, ok: bool) -> None:
+        """Return a connection; ``ok=False`` (a failed or cancelled statement) drops it."""
+        if (
+            ok
+            and not self._closed
+            and not (conn.closed or conn.broken)
+            and conn.info.transaction_status == _IDLE
+        ):
+            self._idle.append((conn, time.monotonic()))
+        else:
+            self._discard(conn)
+        self._wake()
+
+    def _discard(self, conn: Any) -> None:
+        self._open -= 1
+        try:
+            await_(conn.close())
+        except psycopg.Error:
+            pass
+
+    def _wake(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def close(self) -> None:
+        """Close every idle connection (the rest close as they come back) and refuse
+        further use; waiting callers get :class:`StorageError`."""
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for conn, _ in idle:
+            self._discard(conn)
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._waiters.clear()
+
+
+class _AwaitedCursor:
+    """A psycopg ``AsyncCursor`` driven from sync code inside a greenlet: each call awaits
+    on the event loop (SQLAlchemy's ``await_``), so the hot statements keep their psycopg
+    options (``binary=``, ``prepare=``) on both engines."""
+
+    __slots__ = ("_cur",)
+
+    def __init__(self, cur: Any) -> None:
+        self._cur = cur
+
+    def __enter__(self) -> _AwaitedCursor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        # A client-side cursor holds nothing on the server: dropping it is enough.
+        self._cur = None
+
+    @property
+    def description(self) -> Any:
+        return self._cur.description
+
+    @property
+    def rowcount(self) -> int:
+        return int(self._cur.rowcount)
+
+    def execute(self, query: str, params: Any = None, **options: Any) -> _AwaitedCursor:
+        await_(self._cur.execute(query, params, **options))
+        return self
+
+    def fetchone(self) -> Any:
+        return await_(self._cur.fetchone())
 
 
 class PostgresStorage(SqlStorage):
@@ -275,13 +492,52 @@ class PostgresStorage(SqlStorage):
         url: str,
         *,
         pool_size: int = 5,
+        max_overflow: int = 10,
+        pool_timeout: float = 30.0,
+        connect_timeout: int | None = None,
+        prepare_threshold: int | None = 5,
         echo: bool = False,
         ping_after_idle_s: float = 0.5,
+        partitions: int = 0,
+        use_asyncio: bool = False,
     ) -> None:
+        #: hash partitions by session that `migrate` creates the event and snapshot
+        #: tables with (0: plain tables, or the server's ``eventstore.partitions``).
+        self.partitions = _partition_count(partitions, "partitions")
         u = make_url(url)
         if u.drivername in ("postgresql", "postgres"):
             u = u.set(drivername="postgresql+psycopg")  # psycopg 3, not the psycopg2 default
-        engine = create_engine(u, pool_size=pool_size, echo=echo)
+        connect_args: dict[str, Any] = {"prepare_threshold": prepare_threshold}
+        if connect_timeout is not None:
+            connect_args["connect_timeout"] = connect_timeout
+        options: dict[str, Any] = {
+            "pool_size": pool_size,
+            "max_overflow": max_overflow,
+            "pool_timeout": pool_timeout,
+            "connect_args": connect_args,
+            "echo": echo,
+        }
+        # With use_asyncio the engine is the sync face of an asyncio engine over psycopg's
+        # AsyncConnection: it is used inside a greenlet (see eventstore.asyncstore), and
+        # every round trip awaits on the event loop.
+        self._hot_pool: _HotConnections | None = None
+        if use_asyncio:
+            engine = create_async_engine(u, **options).sync_engine
+            cargs, cparams = engine.dialect.create_connect_args(engine.url)
+            self._hot_pool = _HotConnections(
+                partial(
+                    psycopg.AsyncConnection.connect,
+                    *cargs,
+                    **{**cparams, **connect_args, "autocommit": True},
+                ),
+                pool_size,
+                float(ping_after_idle_s),
+            )
+        else:
+            engine = create_engine(u, **options)
+        self._asyncio = use_asyncio
+        # PgBouncer in transaction mode: no prepared statement at all, not even the load's.
+        self._prepare_load = prepare_threshold is not None
         self._ping_after = float(ping_after_idle_s)
         # Pooled connections checked in before this (monotonic) instant are suspect: a
         # connection failed since, so the server may have dropped them all.
@@ -317,7 +573,7 @@ class PostgresStorage(SqlStorage):
             getattr(self._hot, "active", False)
             and time.monotonic() - since <= self._ping_after
             and since > self._suspect_before
-            and not _readable(dbapi_conn)
+            and not _readable(record.driver_connection)
         ):
             return
         try:
@@ -409,7 +665,7 @@ class PostgresStorage(SqlStorage):
         }
         with self._errors(), self._autocommit(hot=True) as cur:
             # Prepared: planning this statement costs about as much as running it.
-            cur.execute(_APPEND_BATCHES, params, binary=True, prepare=True)
+            cur.execute(_APPEND_BATCHES, params, binary=True, prepare=self._prepare_load or None)
             (moved,) = cur.fetchone()
         done = set(moved)
         return [b.session_pk in done for b in batches]
@@ -453,6 +709,10 @@ class PostgresStorage(SqlStorage):
         spares the BEGIN and COMMIT round trips. No SQLAlchemy Connection is built around
         it. ``hot``: check the connection out without the pre-ping (see :meth:`_on_checkout`).
         """
+        if self._hot_pool is not None:
+            with self._hot_cursor(self._hot_pool, ping=not hot) as cur:
+                yield cur
+            return
         self._hot.active = hot
         try:
             fairy = self.engine.raw_connection()
@@ -460,13 +720,14 @@ class PostgresStorage(SqlStorage):
             self._hot.active = False
         try:
             pg: Any = fairy.driver_connection
-            pg.autocommit = True
+            self._set_autocommit(pg, True)
             try:
-                with pg.cursor() as cur:  # a psycopg cursor: binary=, %b, prepare=
+                # A psycopg cursor (binary=, %b, prepare=); an AsyncCursor awaited in place.
+                with pg.cursor() if not self._asyncio else _AwaitedCursor(pg.cursor()) as cur:
                     yield cur
             finally:
                 if not (pg.closed or pg.broken):  # a broken one is replaced at checkout
-                    pg.autocommit = False
+                    self._set_autocommit(pg, False)
         except psycopg.OperationalError:
             # Drop the connection here: returned to the pool, it would be rolled back
             # first, and that fails on a dead socket with an ERROR log and a traceback.
@@ -474,6 +735,58 @@ class PostgresStorage(SqlStorage):
             raise
         finally:
             fairy.close()
+
+    def fetch_one(self, q: Compiled, params: Mapping[str, Any] | None = None) -> Any:
+        """The first row of one compiled statement, run alone in autocommit (``None``: no row).
+
+        For small statements outside any transaction (a server's WAL position, a replica's
+        replay state): one round trip, no BEGIN/COMMIT, errors mapped as everywhere.
+        """
+        with self._errors(), self._autocommit(hot=True) as cur:
+            cur.execute(q.sql, q.args(params or {}))
+            return cur.fetchone()
+
+    def _migration_options(self, conn: Connection) -> dict[str, Any]:
+        n = self.partitions or _partition_setting(
+            conn.execute(select(func.current_setting(PARTITION_SETTING, True))).scalar()
+        )
+        state = conn.execute(_PARTITION_STATE).first()
+        if n and state is not None and (not state[0] or state[1] != n):
+            # The tables exist: turning them into partitioned ones is a data migration.
+            have = f"{state[1]} partitions" if state[0] else "no partitions"
+            raise SchemaError(
+                f"the database {self.safe_url} already has its event tables with {have}, "
+                f"not {n}; see docs/scaling.md to move them"
+            )
+        return {"partitions": n}
+
+    @contextmanager
+    def _hot_cursor(self, pool: _HotConnections, *, ping: bool) -> Iterator[Any]:
+        conn = pool.get(suspect_before=self._suspect_before, ping=ping)
+        ok = False
+        try:
+            with _AwaitedCursor(conn.cursor()) as cur:
+                yield cur
+            ok = True
+        except psycopg.OperationalError:
+            self._suspect_before = time.monotonic()
+            raise
+        except psycopg.Error:
+            ok = True  # a constraint or data error: the connection itself is fine
+            raise
+        finally:
+            pool.put(conn, ok)
+
+    def close(self) -> None:
+        if self._hot_pool is not None:
+            self._hot_pool.close()
+        super().close()
+
+    def _set_autocommit(self, pg: Any, on: bool) -> None:
+        if self._asyncio:
+            await_(pg.set_autocommit(on))
+        else:
+            pg.autocommit = on
 
     def _lock_clause(self, stmt: Any) -> Any:
         return stmt.with_for_update()
@@ -492,9 +805,11 @@ class PostgresStorage(SqlStorage):
     def _classify(self, orig: BaseException | None, invalidated: bool) -> ErrorKind:
         if isinstance(orig, psycopg.errors.UniqueViolation):
             constraint = getattr(orig.diag, "constraint_name", None) or ""
-            if constraint == "pk_events":
+            if constraint == "pk_events" or _PARTITION_PK.fullmatch(constraint):
                 return ErrorKind.VERSION_TAKEN
-            if constraint == "ix_events_session_pk_event_id":
+            if constraint == "ix_events_session_pk_event_id" or _PARTITION_EVENT_ID.fullmatch(
+                constraint
+            ):
                 return ErrorKind.EVENT_ID_TAKEN
             return ErrorKind.OTHER
         if isinstance(orig, psycopg.errors.UndefinedTable):
@@ -549,7 +864,7 @@ class PostgresStorage(SqlStorage):
         with self._autocommit(hot=hot) as cur:
             # Prepared at its first use on a connection, not the sixth: a cold load then
             # skips parsing and analysing the statement every time.
-            cur.execute(_LOAD, params, binary=True, prepare=True)
+            cur.execute(_LOAD, params, binary=True, prepare=self._prepare_load or None)
             return cur.fetchone()
 
 

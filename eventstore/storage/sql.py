@@ -28,13 +28,12 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.engine import Dialect, make_url
+from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from ..errors import ConcurrencyError, EventStoreError, SchemaError, StorageError
 from .base import (
     DIGEST_SIZE,
-    HASH_SIZE,
     CompactionRow,
     Erasure,
     EventIdRace,
@@ -60,6 +59,7 @@ from .schema import (
     snapshots,
     tombstones,
 )
+from .urls import mask_url
 
 __all__ = ["ErrorKind", "SqlStorage", "Compiled", "mask_url"]
 
@@ -238,19 +238,6 @@ class ErrorKind(enum.Enum):
     OTHER = "other"
 
 
-def mask_url(url: str) -> str:
-    """The URL with its password replaced by ``***`` (safe to put in a message)."""
-    try:
-        u = make_url(url)
-        # libpq also takes secrets as URI parameters (?password=..., ?sslpassword=...).
-        secret = {k: "***" for k in u.query if k.lower() in ("password", "sslpassword")}
-        if secret:
-            u = u.update_query_dict(secret)
-        return u.render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - an unparsable URL is shown without its userinfo
-        return url.split("@")[-1].split("?")[0]
-
-
 def session_row(r: Any) -> SessionRow:
     # Positional, in the column order of schema.sessions (_SESSION_COLS).
     return SessionRow(
@@ -373,6 +360,10 @@ class SqlStorage(Storage):
     def _lock_snapshot_writes(self, tx: Tx) -> None:
         """Block snapshot writes until the transaction ends (SQLite: BEGIN IMMEDIATE did)."""
 
+    def _migration_options(self, conn: Connection) -> dict[str, Any]:
+        """Options of :func:`~eventstore.storage.migrate.upgrade` (PostgreSQL: partitions)."""
+        return {}
+
     # -- the one error mapper -----------------------------------------------------------
 
     @contextmanager
@@ -483,7 +474,7 @@ class SqlStorage(Storage):
             self._begin_write(conn)
             with conn.begin():
                 self._migration_lock(conn)
-                upgrade(conn)
+                upgrade(conn, **self._migration_options(conn))
 
     def schema_revision(self) -> str | None:
         with self._errors(), self.engine.connect() as conn:

@@ -13,8 +13,11 @@ import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.pool import AsyncAdaptedQueuePool
 
 from .base import EventRow, SnapshotRow
 from .sql import ErrorKind, SqlStorage
@@ -114,13 +117,42 @@ class _RawTx:
         self.connection = connection
 
 
+def _async_engine(url: str, echo: bool, pool_size: int) -> Engine:
+    """The sync face of an aiosqlite engine: used inside a greenlet (see
+    :mod:`eventstore.asyncstore`), each statement awaits the connection's own thread.
+
+    aiosqlite runs every connection on a dedicated thread, so a statement that waits for
+    the write lock (``busy_timeout``) blocks that thread, never the event loop.
+    """
+    u = make_url(url).set(drivername="sqlite+aiosqlite")
+    if u.database in (None, "", ":memory:"):
+        # One connection, handed to one task at a time: the default StaticPool would
+        # share it between tasks, interleaving their transactions.
+        return create_async_engine(
+            u, echo=echo, poolclass=AsyncAdaptedQueuePool, pool_size=1, max_overflow=0
+        ).sync_engine
+    # No overflow: SQLite has one writer, and every connection is a thread of its own.
+    return create_async_engine(u, echo=echo, pool_size=pool_size, max_overflow=0).sync_engine
+
+
 class SQLiteStorage(SqlStorage):
     """Storage in one SQLite file (``sqlite:///path.db``)."""
 
     driver_error = sqlite3.Error
 
-    def __init__(self, url: str, *, busy_timeout_ms: int = 30_000, echo: bool = False) -> None:
-        engine = create_engine(url, echo=echo)
+    def __init__(
+        self,
+        url: str,
+        *,
+        busy_timeout_ms: int = 30_000,
+        echo: bool = False,
+        pool_size: int = 5,
+        use_asyncio: bool = False,
+    ) -> None:
+        if use_asyncio:
+            engine = _async_engine(url, echo, pool_size)
+        else:
+            engine = create_engine(url, echo=echo, pool_size=pool_size)
         timeout = int(busy_timeout_ms)
         in_memory = engine.url.database in (None, "", ":memory:")
 

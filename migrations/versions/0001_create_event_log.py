@@ -8,7 +8,7 @@ Create Date: 2026-11-29
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import op
+from alembic import context, op
 
 from eventstore.storage import postgres as pg_ddl
 from eventstore.storage import sqlite as sqlite_ddl
@@ -20,6 +20,9 @@ depends_on = None
 
 
 def upgrade() -> None:
+    # PostgreSQL only: hash-partition the per-session tables by session (see docs/scaling.md).
+    partitions = int(context.config.attributes.get("partitions", 0) or 0)
+    by_session = {"postgresql_partition_by": "HASH (session_pk)"} if partitions else {}
     op.create_table(
         "sessions",
         sa.Column("pk", sa.Integer(), autoincrement=True, nullable=False),
@@ -53,6 +56,7 @@ def upgrade() -> None:
         sa.Column("hash", sa.LargeBinary(), nullable=False),
         # No foreign key to sessions: see eventstore/storage/schema.py.
         sa.PrimaryKeyConstraint("session_pk", "version", name="pk_events"),
+        **by_session,
     )
     op.create_index(
         "ix_events_session_pk_event_id",
@@ -79,6 +83,7 @@ def upgrade() -> None:
             ["session_pk"], ["sessions.pk"], name="fk_snapshots_session_pk_sessions"
         ),
         sa.PrimaryKeyConstraint("session_pk", "version", name="pk_snapshots"),
+        **by_session,
     )
     op.create_table(
         "compaction_permits",
@@ -89,6 +94,12 @@ def upgrade() -> None:
     ddl = _dialect_ddl()
     for statement in ddl.IMMUTABILITY_DDL_V1:
         op.execute(statement)
+    if partitions:
+        # After the guard function exists (the events' partitions get its TRUNCATE
+        # trigger); row triggers and indexes of a partitioned table reach its partitions.
+        for table in ("events", "snapshots"):
+            for statement in pg_ddl.hash_partitions_ddl(table, partitions):
+                op.execute(statement)
 
 
 def downgrade() -> None:

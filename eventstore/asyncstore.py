@@ -1,0 +1,267 @@
+"""AsyncEventStore: the asyncio twin of :class:`~eventstore.store.EventStore`.
+
+::
+
+    async with AsyncEventStore("postgresql+psycopg://app@db/chat") as store:
+        await store.migrate()
+        await store.append("s1", [{"type": "send", "id": "u-1", "text": "hi"}], expected_version=0)
+        state = await store.load("s1")
+        async for event in store.history("s1"):
+            ...
+
+Every public method of ``EventStore`` has a twin here with the same name, arguments,
+results and errors; ``history`` and ``replay`` are async iterators. The twin is not a
+second implementation: each method calls the same engine or feature function as the sync
+facade, through :func:`eventstore.aio.run`, over a storage opened with asyncio drivers
+(psycopg's ``AsyncConnection`` on PostgreSQL, aiosqlite on SQLite). See
+:mod:`eventstore.aio` for how the I/O awaits on the event loop.
+
+One ``AsyncEventStore`` serves any number of tasks of one event loop; its connection pool
+belongs to that loop.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import IO, Any
+
+from . import compaction, timetravel, transfer
+from . import report as reporting
+from . import verify as verifying
+from .aio import iterate, run
+from .compaction import CompactResult
+from .diff import SessionDiff
+from .engine import DEFAULT_SNAPSHOT_EVERY, Engine
+from .models import Action, SessionState
+from .records import AppendResult, RecordedEvent, SessionInfo, VerifyReport
+from .timetravel import ReplayStep
+from .transfer import ImportResult
+from .turns import Turn
+
+__all__ = ["AsyncEventStore"]
+
+
+class AsyncEventStore:
+    """Event-sourced chat sessions on SQLite or PostgreSQL, for asyncio applications.
+
+    Takes the same arguments as :class:`~eventstore.EventStore` (the same URLs, and the
+    same ``**storage_options``: ``pool_size``, ``max_overflow``, ``pool_timeout``,
+    ``connect_timeout`` and ``prepare_threshold`` on PostgreSQL — ``None`` for no
+    prepared statement at all, as PgBouncer's transaction mode needs — and
+    ``busy_timeout_ms`` and ``pool_size`` on SQLite). Both forms may work on the same
+    database at the same time.
+
+    On PostgreSQL the one-statement appends and loads run on up to ``pool_size``
+    connections of their own, kept in autocommit, besides the pool the transactions use.
+    The store opens no connection until first used. Use it with ``async with``, or
+    ``await close()``, to release its connections.
+
+    Raises:
+        StorageError: the URL is not a supported database URL.
+        InvalidEvent: ``url`` is not a string, or ``snapshot_every`` or a limit is not a
+            positive integer.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
+        max_event_bytes: int = 1 << 20,
+        max_id_length: int = 256,
+        **storage_options: Any,
+    ) -> None:
+        self._engine = Engine(
+            url,
+            snapshot_every=snapshot_every,
+            max_event_bytes=max_event_bytes,
+            max_id_length=max_id_length,
+            use_asyncio=True,
+            **storage_options,
+        )
+
+    # -- lifecycle and schema -----------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """The database URL with any password masked."""
+        return self._engine.storage.safe_url
+
+    @property
+    def read_counts(self) -> dict[str, int]:
+        """Twin of :attr:`EventStore.read_counts <eventstore.EventStore.read_counts>`."""
+        return dict(getattr(self._engine.storage, "reads", {}))
+
+    @property
+    def backend(self) -> str:
+        """``"sqlite"`` or ``"postgresql"``."""
+        return self._engine.storage.dialect
+
+    @property
+    def snapshot_every(self) -> int:
+        """How often (in versions) the state is stored as a snapshot."""
+        return self._engine.snapshot_every
+
+    @property
+    def max_event_bytes(self) -> int:
+        """The largest encoded action (and metadata) accepted."""
+        return self._engine.validate.limits.max_event_bytes
+
+    @property
+    def max_id_length(self) -> int:
+        """The longest session id, event id or actor accepted."""
+        return self._engine.validate.limits.max_id_length
+
+    async def close(self) -> None:
+        """Release every database connection. The store must not be used afterwards."""
+        await run(self._engine.close)
+
+    async def __aenter__(self) -> AsyncEventStore:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"AsyncEventStore({self.url!r}, snapshot_every={self.snapshot_every})"
+
+    async def migrate(self) -> None:
+        """Twin of :meth:`EventStore.migrate <eventstore.EventStore.migrate>`."""
+        await run(self._engine.migrate)
+
+    async def check_schema(self) -> None:
+        """Twin of :meth:`EventStore.check_schema <eventstore.EventStore.check_schema>`."""
+        await run(self._engine.check_schema)
+
+    # -- writes -------------------------------------------------------------------------
+
+    async def append(
+        self,
+        session: str,
+        actions: Iterable[Mapping[str, Any] | Action],
+        *,
+        expected_version: int | None = None,
+        event_ids: Sequence[str] | None = None,
+        actor: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> AppendResult:
+        """Twin of :meth:`EventStore.append <eventstore.EventStore.append>`: append a batch
+        of actions atomically; ``ConcurrencyError`` when the head is not ``expected_version``."""
+        return await run(
+            self._engine.append,
+            session,
+            actions,
+            expected_version=expected_version,
+            event_ids=event_ids,
+            actor=actor,
+            metadata=metadata,
+        )
+
+    async def branch(self, session: str, *, at: int | None = None, new_id: str | None = None) -> str:
+        """Twin of :meth:`EventStore.branch <eventstore.EventStore.branch>`: fork a session
+        copy-on-write; the branch's id."""
+        return await run(self._engine.branch, session, at=at, new_id=new_id)
+
+    async def compact(
+        self,
+        session: str,
+        *,
+        upto: int,
+        archive: str | os.PathLike[str] | IO[str] | None = None,
+    ) -> CompactResult:
+        """Twin of :meth:`EventStore.compact <eventstore.EventStore.compact>`."""
+        return await run(compaction.compact, self._engine, session, upto=upto, archive=archive)
+
+    async def compact_all(
+        self, *, keep_last_turns: int, progress: Callable[[int, int, str], None] | None = None
+    ) -> list[CompactResult]:
+        """Twin of :meth:`EventStore.compact_all <eventstore.EventStore.compact_all>`."""
+        return await run(
+            compaction.compact_all, self._engine, keep_last_turns=keep_last_turns, progress=progress
+        )
+
+    async def import_(
+        self, src: IO[str] | Iterable[str], *, progress: Callable[[int, int], None] | None = None
+    ) -> list[ImportResult]:
+        """Twin of :meth:`EventStore.import_ <eventstore.EventStore.import_>`."""
+        return await run(transfer.import_, self._engine, src, progress=progress)
+
+    # -- reads --------------------------------------------------------------------------
+
+    async def head(self, session: str) -> int:
+        """Twin of :meth:`EventStore.head <eventstore.EventStore.head>`."""
+        return await run(self._engine.head, session)
+
+    async def load(self, session: str, *, version: int | None = None) -> SessionState:
+        """Twin of :meth:`EventStore.load <eventstore.EventStore.load>`: the state at a
+        version (``None``: the head)."""
+        return SessionState.from_trusted(await run(self._engine.load, session, version))
+
+    def history(
+        self,
+        session: str,
+        *,
+        after: int | None = None,
+        upto: int | None = None,
+        limit: int | None = None,
+        desc: bool = False,
+    ) -> AsyncIterator[RecordedEvent]:
+        """Twin of :meth:`EventStore.history <eventstore.EventStore.history>`, as an async
+        iterator: ``async for event in store.history(s)``. The session is looked up (and an
+        error raised) when iteration starts; events are read in chunks as you iterate."""
+        return iterate(self._engine.history, session, after=after, upto=upto, limit=limit, desc=desc)
+
+    async def sessions(self) -> list[SessionInfo]:
+        """Twin of :meth:`EventStore.sessions <eventstore.EventStore.sessions>`."""
+        return await run(self._engine.sessions)
+
+    async def diff(
+        self, a: tuple[str, int | None], b: tuple[str, int | None], *, events: bool = False
+    ) -> SessionDiff:
+        """Twin of :meth:`EventStore.diff <eventstore.EventStore.diff>`."""
+        return await run(timetravel.diff, self._engine, a, b, events=events)
+
+    def replay(
+        self, session: str, *, after: int | None = None, upto: int | None = None
+    ) -> AsyncIterator[ReplayStep]:
+        """Twin of :meth:`EventStore.replay <eventstore.EventStore.replay>`, as an async
+        iterator (checked when iteration starts)."""
+        return iterate(timetravel.replay, self._engine, session, after=after, upto=upto)
+
+    async def turns(self, session: str, *, upto: int | None = None) -> list[Turn]:
+        """Twin of :meth:`EventStore.turns <eventstore.EventStore.turns>`."""
+        return await run(timetravel.turns, self._engine, session, upto=upto)
+
+    async def export(
+        self,
+        session: str,
+        out: str | os.PathLike[str] | IO[str],
+        *,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> int:
+        """Twin of :meth:`EventStore.export <eventstore.EventStore.export>`."""
+        return await run(transfer.export, self._engine, session, out, progress=progress)
+
+    async def verify(
+        self, session: str | None = None, *, progress: Callable[[int, int, str], None] | None = None
+    ) -> VerifyReport:
+        """Twin of :meth:`EventStore.verify <eventstore.EventStore.verify>`."""
+        return await run(verifying.verify, self._engine, session, progress=progress)
+
+    async def report(
+        self,
+        session: str,
+        version: int | None = None,
+        *,
+        against: tuple[str, int | None] | None = None,
+        out: str | os.PathLike[str] | IO[str] | None = None,
+    ) -> str:
+        """Twin of :meth:`EventStore.report <eventstore.EventStore.report>`."""
+        return await run(reporting.report, self._engine, session, version, against=against, out=out)

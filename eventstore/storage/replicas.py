@@ -1,0 +1,357 @@
+"""Read replicas: reads go to a PostgreSQL hot standby, writes only to the primary.
+
+:class:`ReplicatedPostgresStorage` is a :class:`PostgresStorage` on the primary that
+routes every read transaction and every one-statement load to a streaming replica when
+one is fit to serve it:
+
+- **alive**: a replica whose probe or read fails is skipped for a second, then tried again;
+- **close enough**: its replay is at most ``max_replica_lag`` seconds behind (measured on
+  the replica: 0 when it has replayed all it received, else the age of the last
+  transaction it replayed);
+- **caught up with this store** (read your writes): it has replayed past the primary's WAL
+  position as of this store's last write or primary read. The store waits up to
+  ``replica_wait`` seconds for one to get there, then reads from the primary.
+
+A checkout of an explicit version (``load(session, version=v)``) skips the third rule: the
+events up to ``v`` never change once written, so any replica that already holds version
+``v`` returns exactly what the primary would. If the replica does not hold it yet, the
+primary answers.
+
+What it costs: nothing on the write path but setting a flag; the first read after a write
+asks the primary for its WAL position (one round trip) and the chosen replica for its
+replay position (one round trip, skipped while an earlier answer still proves it is fresh
+enough). Nothing is ever written to a replica: its connections are opened with
+``default_transaction_read_only=on``, and only reads are routed to it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+from sqlalchemy import BigInteger, Float, case, cast, extract, func, literal_column, select
+from sqlalchemy.engine import make_url
+
+from ..errors import StorageError
+from .base import EventRow, LoadParts, SnapshotRow, Tx
+from .postgres import PostgresStorage
+from .sql import Compiled, mask_url
+
+__all__ = ["ReplicatedPostgresStorage", "read_only_url", "DEFAULT_MAX_REPLICA_LAG"]
+
+#: Seconds of replay lag beyond which a replica is skipped, unless told otherwise.
+DEFAULT_MAX_REPLICA_LAG = 1.0
+#: Seconds a read waits for a replica to replay this store's last write before it falls
+#: back to the primary. Streaming replicas on one network replay within milliseconds.
+DEFAULT_REPLICA_WAIT = 0.1
+#: Seconds a replica that failed is left alone before it is probed again.
+_DOWN_FOR = 1.0
+
+_ZERO_LSN: Any = literal_column("'0/0'::pg_lsn")
+
+
+def _lsn(expr: Any) -> Any:
+    """A ``pg_lsn`` as a byte offset (bigint), comparable in Python."""
+    return cast(func.pg_wal_lsn_diff(expr, _ZERO_LSN), BigInteger)
+
+
+# The primary's WAL insert position: at or past the commit record of every transaction
+# committed before it was read (even with synchronous_commit off).
+S_PRIMARY_LSN = select(_lsn(func.pg_current_wal_insert_lsn()))
+
+_replay = func.pg_last_wal_replay_lsn()
+# A replica's state: is it a standby at all, how far it has replayed, and how far behind it
+# is. Lag is 0 when it has replayed everything it received (an idle primary must not make
+# its replicas look stale), else the age of the last transaction it replayed.
+S_REPLICA_STATUS = select(
+    func.pg_is_in_recovery(),
+    _lsn(_replay),
+    case(
+        (_replay >= func.pg_last_wal_receive_lsn(), 0.0),
+        else_=cast(
+            extract("epoch", func.now() - func.pg_last_xact_replay_timestamp()), Float
+        ),
+    ),
+)
+
+
+def read_only_url(url: str) -> str:
+    """``url`` with ``default_transaction_read_only=on`` added to its connection options.
+
+    Every transaction on such a connection is read-only unless it says otherwise, and this
+    package never says otherwise on a replica: a write routed there by mistake fails.
+    """
+    u = make_url(url)
+    options = u.query.get("options", "")
+    if not isinstance(options, str):
+        options = " ".join(options)
+    extra = "-c default_transaction_read_only=on"
+    return u.update_query_dict({"options": f"{options} {extra}".strip()}).render_as_string(
+        hide_password=False
+    )
+
+
+class _Replica:
+    """One replica and what its last probe proved."""
+
+    __slots__ = ("storage", "lsn", "fresh_until", "down_until")
+
+    def __init__(self, storage: PostgresStorage) -> None:
+        self.storage = storage
+        #: the replay position (bytes) of the last probe.
+        self.lsn = -1
+        #: monotonic instant until which the last probe proves the lag within the bound.
+        self.fresh_until = 0.0
+        #: monotonic instant before which the replica is not tried (it failed).
+        self.down_until = 0.0
+
+    def probe(self, q: Compiled, max_lag: float) -> bool:
+        """Ask the replica where it is; whether it may serve reads now.
+
+        Lag grows by at most one second per second, so a probe that found lag ``L`` proves
+        the lag within ``max_lag`` for the next ``max_lag - L`` seconds.
+        """
+        now = time.monotonic()
+        try:
+            row = self.storage.fetch_one(q)
+        except StorageError:
+            self.failed()
+            return False
+        standby, lsn, lag = row
+        if not standby or lsn is None:
+            # Promoted, or not a replica at all: its data may have diverged from ours.
+            self.fresh_until = 0.0
+            return False
+        self.lsn = max(self.lsn, int(lsn))
+        self.fresh_until = now + max_lag - float(lag or 0.0)
+        return self.fresh_until > now
+
+    def failed(self) -> None:
+        """Leave the replica alone for a while (it is down or its connection broke)."""
+        self.fresh_until = 0.0
+        self.down_until = time.monotonic() + _DOWN_FOR
+
+
+class ReplicatedPostgresStorage(PostgresStorage):
+    """PostgreSQL storage that reads from streaming replicas and writes to the primary.
+
+    Args:
+        url: the primary.
+        replicas: URLs of hot standbys streaming from it (at least one).
+        max_replica_lag: seconds of replay lag beyond which a replica is skipped.
+        replica_wait: seconds a read waits for a replica to replay this store's last write
+            (or last primary read) before it reads from the primary instead.
+        **options: :class:`PostgresStorage` options, used for every server.
+
+    Raises:
+        StorageError: a replica URL is not a PostgreSQL URL, or a bound is not a
+            non-negative number (``max_replica_lag`` must be positive).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        replicas: Sequence[str],
+        max_replica_lag: float = DEFAULT_MAX_REPLICA_LAG,
+        replica_wait: float = DEFAULT_REPLICA_WAIT,
+        **options: Any,
+    ) -> None:
+        self.max_replica_lag = _seconds("max_replica_lag", max_replica_lag, positive=True)
+        self.replica_wait = _seconds("replica_wait", replica_wait, positive=False)
+        urls = _replica_urls(replicas)
+        super().__init__(url, **options)
+        d = self.engine.dialect
+        self._q_primary_lsn = Compiled(S_PRIMARY_LSN, d)
+        self._q_status = Compiled(S_REPLICA_STATUS, d)
+        self._replicas = [_Replica(PostgresStorage(read_only_url(u), **options)) for u in urls]
+        self._turn = itertools.count()
+        self._lock = threading.Lock()
+        # The primary WAL position this store has seen (bytes), and whether a write or a
+        # primary read happened since it was last read from the primary.
+        self._seen = 0
+        self._moved = False
+        #: how many reads each side served (for tests and benchmarks; not exact across threads).
+        self.reads = {"replica": 0, "primary": 0}
+
+    @property
+    def replica_storages(self) -> list[PostgresStorage]:
+        """The read-only storages on the replicas, in the order given."""
+        return [r.storage for r in self._replicas]
+
+    # -- writes: the primary, then remember that the position moved --------------------
+
+    @contextmanager
+    def write(self, *, session: str | None = None, expected: int | None = None) -> Iterator[Tx]:
+        try:
+            with super().write(session=session, expected=expected) as tx:
+                yield tx
+        finally:
+            self._moved = True
+
+    def append_fast(
+        self,
+        session_pk: int,
+        old_head: int,
+        old_hash: bytes,
+        rows: Sequence[EventRow],
+        head_turn: int,
+        snapshots: Sequence[SnapshotRow],
+        blobs: Mapping[bytes, bytes],
+    ) -> bool:
+        try:
+            return super().append_fast(
+                session_pk, old_head, old_hash, rows, head_turn, snapshots, blobs
+            )
+        finally:
+            self._moved = True
+
+    def migrate(self) -> None:
+        try:
+            super().migrate()
+        finally:
+            self._moved = True
+
+    def close(self) -> None:
+        for r in self._replicas:
+            r.storage.close()
+        super().close()
+
+    # -- reads: a fit replica, else the primary ----------------------------------------
+
+    @contextmanager
+    def read(self) -> Iterator[Tx]:
+        replica = self._pick(self._position())
+        if replica is not None:
+            stack = ExitStack()
+            try:
+                tx = stack.enter_context(replica.storage.read())
+            except StorageError as exc:
+                if not exc.retryable:
+                    raise
+                replica.failed()  # e.g. stopped since its last probe: the primary reads
+            else:
+                self.reads["replica"] += 1
+                with stack:
+                    yield tx
+                return
+        self.reads["primary"] += 1
+        with super().read() as tx:
+            yield tx
+        self._moved = True  # later reads must not go back before what this one saw
+
+    def load_parts(
+        self, session_id: str, version: int | None, reducer_version: int
+    ) -> LoadParts | None:
+        # An explicit version is immutable history: any replica holding it will do.
+        replica = self._pick(0 if version is not None else self._position())
+        if replica is not None:
+            try:
+                parts = replica.storage.load_parts(session_id, version, reducer_version)
+            except StorageError as exc:
+                if not exc.retryable:
+                    raise
+                replica.failed()
+            else:
+                if version is None or (
+                    parts is not None and parts.row is not None and parts.row.head >= version
+                ):
+                    self.reads["replica"] += 1
+                    return parts
+                # The replica has not replayed that version (or the session) yet.
+        self.reads["primary"] += 1
+        parts = super().load_parts(session_id, version, reducer_version)
+        self._moved = True
+        return parts
+
+    def _position(self) -> int:
+        """The primary WAL position a read must see: this store's last write or primary read."""
+        if self._moved:
+            # Cleared before asking: a write finishing meanwhile sets it again.
+            self._moved = False
+            try:
+                (lsn,) = self.fetch_one(self._q_primary_lsn)
+            except BaseException:
+                self._moved = True
+                raise
+            with self._lock:
+                self._seen = max(self._seen, int(lsn))
+        return self._seen
+
+    def _pick(self, position: int) -> _Replica | None:
+        """A replica fit to serve a read that must see ``position``, or ``None``.
+
+        Replicas are tried in turn (spreading the reads); one that is behind ``position``
+        but otherwise fit is polled until ``replica_wait`` runs out.
+        """
+        n = len(self._replicas)
+        start = next(self._turn) % n
+        order = self._replicas[start:] + self._replicas[:start]
+        behind: list[_Replica] = []
+        now = time.monotonic()
+        for r in order:
+            if now < r.down_until:
+                continue
+            probed = False
+            if now >= r.fresh_until:
+                if not r.probe(self._q_status, self.max_replica_lag):
+                    continue
+                probed = True
+            if r.lsn >= position:
+                return r
+            if not probed:  # the cached position is too old to tell: ask again
+                if not r.probe(self._q_status, self.max_replica_lag):
+                    continue
+                if r.lsn >= position:
+                    return r
+            behind.append(r)
+        if not behind or self.replica_wait <= 0:
+            return None
+        deadline = time.monotonic() + self.replica_wait
+        # Replay usually trails by a millisecond or two: poll often at first, then back off.
+        pause = 0.0005
+        while time.monotonic() < deadline:
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(pause * 1.5, 0.005)
+            for r in behind:
+                if r.probe(self._q_status, self.max_replica_lag) and r.lsn >= position:
+                    return r
+        return None
+
+
+def _seconds(name: str, value: Any, *, positive: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise StorageError(f"{name} must be a number of seconds, not {value!r}")
+    v = float(value)
+    if not math.isfinite(v) or v < 0 or (positive and v == 0):
+        what = "positive" if positive else "zero or positive"
+        raise StorageError(f"{name} must be a {what} number of seconds, not {value!r}")
+    return v
+
+
+def _replica_urls(replicas: Any) -> list[str]:
+    if isinstance(replicas, (str, bytes)) or not isinstance(replicas, Sequence):
+        raise StorageError(
+            f"replicas must be a list of PostgreSQL URLs, not {type(replicas).__name__}"
+        )
+    if not replicas:
+        raise StorageError("replicas must name at least one PostgreSQL URL")
+    urls: list[str] = []
+    for u in replicas:
+        if not isinstance(u, str):
+            raise StorageError(f"a replica URL must be a string, not {type(u).__name__}")
+        try:
+            backend = make_url(u).get_backend_name()
+        except Exception as exc:  # noqa: BLE001 - any parse failure is the caller's URL
+            raise StorageError(f"not a database URL: {mask_url(u)!r} ({exc})") from exc
+        if backend not in ("postgresql", "postgres"):
+            raise StorageError(
+                f"a read replica must be a PostgreSQL server, not {backend!r} ({mask_url(u)})"
+            )
+        urls.append(u)
+    return urls

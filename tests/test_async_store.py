@@ -1,0 +1,474 @@
+"""AsyncEventStore on both backends: parity with EventStore, many tasks on one store, a
+responsive event loop, connections released, prepared statements off, both forms at once.
+
+The store contract itself runs on both twins through the ``twins`` marker (see
+tests/conftest.py and tests/twins.py); this file holds what only the async form has.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import inspect
+import random
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import psycopg
+import pytest
+from sqlalchemy.util import await_
+
+from conftest import make_store
+from eventstore import (
+    AsyncEventStore,
+    ConcurrencyError,
+    EventStore,
+    InvalidEvent,
+    SessionNotFound,
+    StorageError,
+)
+from eventstore.aio import run
+from eventstore.engine import Engine
+from eventstore.reducer import fold_json
+
+T = TypeVar("T")
+
+
+def _send(msg: str) -> dict[str, Any]:
+    return {"type": "send", "id": msg, "text": "x"}
+
+
+async def _retrying(call: Callable[[], Awaitable[T]]) -> T:
+    """``await call()``, retried while SQLite's single writer says it is busy."""
+    while True:
+        try:
+            return await call()
+        except StorageError as exc:
+            if not exc.retryable:
+                raise
+            await asyncio.sleep(0.005)
+
+
+async def _opened(url: str, **options: Any) -> AsyncEventStore:
+    store = AsyncEventStore(url, **options)
+    await store.migrate()
+    return store
+
+
+# -- parity -----------------------------------------------------------------------------
+
+
+def _public(cls: type) -> dict[str, Any]:
+    return {n: v for n, v in vars(cls).items() if not n.startswith("_")}
+
+
+def test_every_public_method_has_an_async_twin_with_the_same_signature() -> None:
+    sync, twin = _public(EventStore), _public(AsyncEventStore)
+    assert set(sync) == set(twin)
+    iterators = {"history", "replay"}
+    for name, member in sync.items():
+        other = twin[name]
+        if isinstance(member, property):
+            assert isinstance(other, property), name
+            continue
+        if name in iterators:
+            assert not inspect.iscoroutinefunction(other), name
+            assert str(inspect.signature(other).return_annotation).startswith("AsyncIterator["), name
+        else:
+            assert inspect.iscoroutinefunction(other), name
+        mine, theirs = inspect.signature(member), inspect.signature(other)
+        assert list(mine.parameters.values()) == list(theirs.parameters.values()), name
+        if name not in iterators:
+            assert mine.return_annotation == theirs.return_annotation, name
+    assert inspect.signature(EventStore.__init__) == inspect.signature(AsyncEventStore.__init__)
+
+
+def _spellings(backend: str, db_url: str) -> list[str]:
+    if backend == "sqlite":
+        return [db_url, db_url.replace("sqlite:", "sqlite+pysqlite:", 1)]
+    return [db_url, db_url.replace("postgresql+psycopg:", "postgresql:", 1)]
+
+
+def test_both_forms_take_the_same_urls_and_refuse_the_same_ones(backend: str, db_url: str) -> None:
+    async def via_async(url: str, n: int) -> int:
+        async with await _opened(url) as store:
+            return (await store.append(f"a{n}", [_send("u")])).version
+
+    for n, url in enumerate(_spellings(backend, db_url)):
+        with make_store(url) as sync_store:
+            assert sync_store.append(f"s{n}", [_send("u")]).version == 1
+        assert asyncio.run(via_async(url, n)) == 1
+    for bad, error in (("mysql://u@h/db", StorageError), ("not a url", StorageError), (42, InvalidEvent)):
+        with pytest.raises(error):
+            EventStore(bad)  # type: ignore[arg-type]
+        with pytest.raises(error):
+            AsyncEventStore(bad)  # type: ignore[arg-type]
+
+
+def test_history_is_an_async_iterator_checked_when_iteration_starts(db_url: str) -> None:
+    async def scenario() -> None:
+        async with await _opened(db_url) as store:
+            await store.append("s1", [_send(f"u-{i}") for i in range(5)])
+            it = store.history("missing")  # no I/O yet
+            with pytest.raises(SessionNotFound):
+                await it.__anext__()
+            got = []
+            async for e in store.history("s1", desc=True):
+                got.append(e.version)
+                if len(got) == 2:
+                    break  # leaving early holds no connection
+            assert got == [5, 4]
+            assert [s.event.version async for s in store.replay("s1", after=3)] == [4, 5]
+
+    asyncio.run(scenario())
+
+
+# -- many tasks on one store ------------------------------------------------------------
+
+SESSIONS = 50
+TASKS = 200
+
+
+def test_200_tasks_append_load_and_branch_on_one_store(db_url: str) -> None:
+    """150 writers append to 50 sessions (three per session, retrying on conflict), while
+    25 readers load and 25 branchers fork; nothing acknowledged is lost or duplicated and
+    every state is the fold of its events."""
+    acked: dict[str, list[str]] = {f"s{i}": [] for i in range(SESSIONS)}
+    branches: dict[str, tuple[str, int]] = {}
+
+    async def writer(store: AsyncEventStore, n: int) -> None:
+        session = f"s{n % SESSIONS}"
+        for k in range(4):
+            msg = f"t{n}-{k}"
+            while True:
+                head = await _retrying(lambda: _head_or_zero(store, session))
+                try:
+                    r = await _retrying(
+                        lambda: store.append(session, [_send(msg)], expected_version=head, event_ids=[msg])
+                    )
+                except ConcurrencyError:
+                    await asyncio.sleep(0)
+                    continue
+                assert r.version == head + 1
+                acked[session].append(msg)
+                break
+
+    async def reader(store: AsyncEventStore, n: int) -> None:
+        rng = random.Random(n)
+        for _ in range(6):
+            session = f"s{rng.randrange(SESSIONS)}"
+            try:
+                state = await store.load(session)
+            except SessionNotFound:
+                await asyncio.sleep(0.001)
+                continue
+            events = [e.action async for e in store.history(session, upto=len(state.messages))]
+            assert state.to_json() == fold_json(None, events)
+
+    async def brancher(store: AsyncEventStore, n: int) -> None:
+        session = f"s{n % SESSIONS}"
+        for k in range(3):
+            try:
+                at = await store.head(session)
+            except SessionNotFound:
+                await asyncio.sleep(0.002)
+                continue
+            name = f"b{n}-{k}"
+            await _retrying(lambda: store.branch(session, at=at, new_id=name))
+            branches[name] = (session, at)
+
+    async def scenario() -> None:
+        async with await _opened(db_url, snapshot_every=4) as store:
+            kinds = [writer] * 150 + [reader] * 25 + [brancher] * 25
+            assert len(kinds) == TASKS
+            await asyncio.gather(*(kind(store, n) for n, kind in enumerate(kinds)))
+            for session, msgs in acked.items():
+                events = [e async for e in store.history(session)]
+                assert sorted(e.event_id for e in events) == sorted(msgs)  # nothing lost or twice
+                assert [e.version for e in events] == list(range(1, len(msgs) + 1))
+                state = await store.load(session)
+                assert state.to_json() == fold_json(None, [e.action for e in events])
+            for name, (parent, at) in branches.items():
+                inherited = [e.event_id async for e in store.history(name)]
+                own = [e.event_id async for e in store.history(parent, upto=at)]
+                assert inherited == own and await store.head(name) == at
+            assert (await store.verify()).ok
+
+    asyncio.run(scenario())
+    assert sum(map(len, acked.values())) == 150 * 4
+
+
+async def _head_or_zero(store: AsyncEventStore, session: str) -> int:
+    try:
+        return await store.head(session)
+    except SessionNotFound:
+        return 0
+
+
+# -- a responsive event loop ------------------------------------------------------------
+
+TICK = 0.002
+
+
+async def _worst_tick_delay(work: Callable[[], Awaitable[None]]) -> float:
+    """The longest the loop was late for a 2 ms ticker while ``work()`` ran (seconds)."""
+    worst = 0.0
+    done = asyncio.Event()
+
+    async def ticker() -> None:
+        nonlocal worst
+        while not done.is_set():
+            t0 = time.perf_counter()
+            await asyncio.sleep(TICK)
+            worst = max(worst, time.perf_counter() - t0 - TICK)
+
+    async def run_work() -> None:
+        try:
+            await work()
+        finally:
+            done.set()
+
+    await asyncio.gather(ticker(), run_work())
+    return worst
+
+
+def test_the_ticker_sees_a_blocked_loop() -> None:
+    """The meter below can fail: a call that blocks the loop shows as a late tick."""
+
+    async def blocking() -> None:
+        await asyncio.sleep(0.01)
+        time.sleep(0.08)  # what a sync driver call on the loop would do
+        await asyncio.sleep(0.01)
+
+    assert asyncio.run(_worst_tick_delay(blocking)) >= 0.08 - TICK
+
+
+def test_the_event_loop_stays_responsive_while_100_tasks_append_and_load(db_url: str) -> None:
+    """A 2 ms ticker is never more than 50 ms late while 100 tasks append and load.
+
+    Round trips await on the loop (psycopg's AsyncConnection; aiosqlite's connection
+    threads, where SQLite's write lock is waited for), so the loop only ever runs one
+    task's Python between two round trips. On a loaded machine the scheduler alone can
+    hold the process back now and then, so a run counts as the loop's fault only if
+    three runs in a row each see a late tick.
+    """
+
+    async def work(store: AsyncEventStore, attempt: int) -> None:
+        async def task(n: int) -> None:
+            session = f"a{attempt}-{n}"
+            for i in range(5):
+                await _retrying(lambda: store.append(session, [_send(f"u-{i}")], expected_version=i))
+                assert len((await store.load(session)).messages) == i + 1
+
+        await asyncio.gather(*(task(n) for n in range(100)))
+
+    async def scenario() -> list[float]:
+        worst: list[float] = []
+        async with await _opened(db_url, snapshot_every=2) as store:
+            await store.append("warm", [_send("u")])  # connect and compile before measuring
+            for attempt in range(3):
+                worst.append(await _worst_tick_delay(lambda: work(store, attempt)))
+                if worst[-1] < 0.05:
+                    break
+        return worst
+
+    worst = asyncio.run(scenario())
+    print("worst tick delays:", worst)
+    assert min(worst) < 0.05, f"the loop was blocked: worst tick delays {worst}"
+
+
+# -- connections ------------------------------------------------------------------------
+
+
+def _backends_of(admin_dsn: str, app: str) -> int:
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (app,)
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+def test_async_with_and_close_release_every_connection(pg_schema: str) -> None:
+    app = f"es-{uuid.uuid4().hex[:12]}"
+    url = f"{pg_schema}&application_name={app}"
+    dsn = pg_schema.split("?")[0].replace("postgresql+psycopg://", "postgresql://", 1)
+
+    async def scenario() -> None:
+        async with await _opened(url) as store:
+            await asyncio.gather(*(store.append(f"s{i}", [_send("u")]) for i in range(8)))
+            assert _backends_of(dsn, app) >= 2
+        store2 = await _opened(url)
+        await store2.load("s1")
+        assert _backends_of(dsn, app) >= 1
+        await store2.close()
+
+    asyncio.run(scenario())
+    assert _backends_of(dsn, app) == 0
+
+
+def test_loads_survive_terminated_connections_and_appends_fail_retryably(pg_schema: str) -> None:
+    """The server drops every connection of the store (a restart, a failover, an idle
+    timeout): a load still succeeds, an append either succeeds or fails retryably, and the
+    next append succeeds; a closed store refuses further use."""
+    app = f"es-{uuid.uuid4().hex[:12]}"
+    dsn = pg_schema.split("?")[0].replace("postgresql+psycopg://", "postgresql://", 1)
+
+    def kill_all() -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+                (app,),
+            )
+
+    async def scenario() -> None:
+        store = await _opened(f"{pg_schema}&application_name={app}")
+        await asyncio.gather(*(store.append(f"s{i}", [_send("u-0")]) for i in range(4)))
+        kill_all()
+        await asyncio.sleep(0.05)
+        assert [len((await store.load(f"s{i}")).messages) for i in range(4)] == [1, 1, 1, 1]
+        kill_all()
+        await asyncio.sleep(0.05)
+        for i in range(4):
+            try:
+                await store.append(f"s{i}", [_send("u-1")], event_ids=["e-1"])
+            except StorageError as exc:
+                assert exc.retryable
+                await store.append(f"s{i}", [_send("u-1")], event_ids=["e-1"])
+        assert [await store.head(f"s{i}") for i in range(4)] == [2, 2, 2, 2]
+        await store.close()
+        with pytest.raises(StorageError):
+            await store.load("s0")
+
+    asyncio.run(scenario())
+
+
+def test_close_ends_the_sqlite_connection_threads(tmp_path: Any) -> None:
+    before = threading.active_count()
+
+    async def scenario() -> None:
+        async with await _opened(f"sqlite:///{tmp_path / 'c.db'}") as store:
+            await asyncio.gather(*(store.append(f"s{i}", [_send("u")]) for i in range(6)))
+            assert threading.active_count() > before
+
+    asyncio.run(scenario())
+    deadline = time.monotonic() + 5
+    while threading.active_count() > before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert threading.active_count() == before
+
+
+def _prepared_on_every_connection(app: str) -> int:
+    """Statements prepared on every live psycopg connection of this process whose
+    ``application_name`` is ``app`` (the pool's and the async store's own), as the server
+    reports them. Runs inside a greenlet when the connections are async ones."""
+    total = 0
+    conns = [
+        o for o in gc.get_objects()
+        if isinstance(o, (psycopg.Connection, psycopg.AsyncConnection))
+        and not o.closed
+        and o.info.parameter_status("application_name") == app
+    ]
+    assert conns
+    for conn in conns:
+        sql = "SELECT count(*) FROM pg_prepared_statements"
+        if isinstance(conn, psycopg.AsyncConnection):
+            row = await_(await_(conn.execute(sql)).fetchone())
+        else:
+            row = conn.execute(sql).fetchone()
+        total += int(row[0])
+    return total
+
+
+@pytest.mark.parametrize("twin", ["sync", "async"])
+@pytest.mark.parametrize("prepare_threshold", [5, None])
+def test_prepare_threshold_none_prepares_no_statement(
+    pg_schema: str, twin: str, prepare_threshold: int | None
+) -> None:
+    """What PgBouncer's transaction mode needs: no prepared statement on any connection,
+    not even the load's (prepared explicitly otherwise)."""
+    app = f"es-{uuid.uuid4().hex[:12]}"
+    engine = Engine(
+        f"{pg_schema}&application_name={app}", pool_size=1, max_overflow=0,
+        prepare_threshold=prepare_threshold, use_asyncio=twin == "async",
+    )
+
+    def work() -> int:
+        engine.migrate()
+        for i in range(8):
+            engine.append("s1", [_send(f"u-{i}")], expected_version=i)
+            engine.load("s1")
+            engine.load("s1", i // 2 + 1)
+            engine.head("s1")
+        engine.branch("s1", at=3, new_id=f"b{i}")
+        engine.load(f"b{i}")
+        try:
+            return _prepared_on_every_connection(app)
+        finally:
+            engine.close()
+
+    prepared = asyncio.run(run(work)) if twin == "async" else work()
+    if prepare_threshold is None:
+        assert prepared == 0
+    else:
+        assert prepared > 0
+
+
+# -- both forms on one database -----------------------------------------------------------
+
+
+def test_sync_and_async_stores_share_a_database_at_the_same_time(db_url: str) -> None:
+    """A thread appends through EventStore while tasks append through AsyncEventStore, to
+    the same sessions, each retrying on conflict: every append lands exactly once."""
+    sync_store = make_store(db_url)
+    per_side = 30
+
+    def sync_side() -> None:
+        for i in range(per_side):
+            msg = f"sync-{i}"
+            while True:
+                try:
+                    try:
+                        head = sync_store.head("shared")
+                    except SessionNotFound:
+                        head = 0
+                    sync_store.append("shared", [_send(msg)], expected_version=head)
+                    break
+                except ConcurrencyError:
+                    continue
+                except StorageError as exc:
+                    if not exc.retryable:
+                        raise
+                    time.sleep(0.005)
+
+    async def async_side(store: AsyncEventStore, n: int) -> None:
+        for i in range(per_side // 3):
+            msg = f"async-{n}-{i}"
+            while True:
+                head = await _retrying(lambda: _head_or_zero(store, "shared"))
+                try:
+                    await _retrying(lambda: store.append("shared", [_send(msg)], expected_version=head))
+                    break
+                except ConcurrencyError:
+                    await asyncio.sleep(0)
+
+    async def scenario() -> None:
+        async with await _opened(db_url) as store:
+            thread = threading.Thread(target=sync_side)
+            thread.start()
+            await asyncio.gather(*(async_side(store, n) for n in range(3)))
+            await asyncio.to_thread(thread.join)
+            ids = [e.action["id"] async for e in store.history("shared")]
+            assert sorted(ids) == sorted(
+                [f"sync-{i}" for i in range(per_side)]
+                + [f"async-{n}-{i}" for n in range(3) for i in range(per_side // 3)]
+            )
+            assert (await store.load("shared")).to_json() == sync_store.load("shared").to_json()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        sync_store.close()

@@ -1,0 +1,302 @@
+"""Read replicas: a store with ``replicas=[...]`` on the real streaming replica of the suite.
+
+`make test` (scripts/with-postgres) starts a hot standby cloned from the test server with
+``pg_basebackup -R`` and exports its URL and data directory. Each test works in its own
+schema on the primary; the same schema reaches the replica by streaming replication, so
+the replica URL carries the same search_path. Reads are asserted to come from where they
+must (the storage counts them), and always to equal a primary-only store's.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from sqlalchemy import create_engine
+
+from conftest import make_store, pg_admin_url
+from eventstore.errors import StorageError
+from eventstore.samples import chat_session
+from eventstore import EventStore
+from eventstore.storage import open_storage
+from eventstore.storage.replicas import read_only_url
+
+REPLICA_ENV = "EVENTSTORE_TEST_PG_REPLICA_URL"
+
+
+def _replica_base() -> str:
+    url = os.environ.get(REPLICA_ENV)
+    if not url:
+        pytest.fail(
+            f"{REPLICA_ENV} is not set: replica tests need the streaming replica that "
+            "`make test` starts (scripts/with-postgres). They fail rather than skip.",
+            pytrace=False,
+        )
+    return url
+
+
+def _dsn(url: str) -> str:
+    return url.replace("postgresql+psycopg://", "postgresql://", 1)
+
+
+def _sql(url: str, statement: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(_dsn(url), autocommit=True) as conn:
+        cur = conn.execute(statement)
+        return list(cur.fetchall()) if cur.description else []
+
+
+def _replica_ctl(*args: str) -> None:
+    ctl = shlex.split(os.environ.get("EVENTSTORE_TEST_PG_CTL", ""))
+    datadir = os.environ.get("EVENTSTORE_TEST_PG_REPLICA_DATADIR", "")
+    if not ctl or not datadir:
+        pytest.fail("the replica's pg_ctl is not set: run the suite through scripts/with-postgres")
+    log = os.environ.get("EVENTSTORE_TEST_PG_REPLICA_LOG", os.devnull)
+    subprocess.run(
+        [*ctl, "-D", datadir, "-l", log, "-w", "-t", "60", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=True,
+        timeout=120,
+    )
+
+
+def _until_a_replica_serves(store: EventStore, session: str) -> None:
+    """Read until a read is served by the replica: it has replayed all this store saw."""
+    start = _reads(store)["replica"]
+    for _ in range(1000):
+        store.head(session)
+        if _reads(store)["replica"] > start:
+            return
+        time.sleep(0.01)
+    pytest.fail("the replica never caught up")
+
+
+def _wait_until_paused(replica: str) -> None:
+    for _ in range(1000):
+        if _sql(replica, "SELECT pg_get_wal_replay_pause_state()")[0][0] == "paused":
+            return
+        time.sleep(0.01)
+    pytest.fail("the replica did not pause its replay")
+
+
+@pytest.fixture
+def replica_url(pg_schema: str) -> str:
+    """The replica's URL with the same search_path (the test's schema) as ``pg_schema``."""
+    return _replica_base() + pg_schema[len(pg_admin_url()) :]
+
+
+def _replicated(pg_schema: str, replica_url: str, **options: Any) -> EventStore:
+    options.setdefault("max_replica_lag", 60.0)  # a loaded CI machine must not skip it
+    options.setdefault("replica_wait", 10.0)
+    return make_store(pg_schema, replicas=[replica_url], **options)
+
+
+def _reads(store: EventStore) -> dict[str, int]:
+    return store.read_counts
+
+
+@pytest.fixture
+def stores(pg_schema: str, replica_url: str) -> Iterator[tuple[EventStore, EventStore]]:
+    """(a store reading from the replica, a primary-only store) on the same schema."""
+    replicated = _replicated(pg_schema, replica_url)
+    plain = EventStore(pg_schema)
+    try:
+        yield replicated, plain
+    finally:
+        replicated.close()
+        plain.close()
+
+
+def test_reads_after_writes_see_the_writes_and_come_from_the_replica(
+    stores: tuple[EventStore, EventStore],
+) -> None:
+    replicated, plain = stores
+    actions = chat_session(3, seed=7, deltas=8)
+    done = 0
+    for n in (1, 5, 17, 1, 1, 30):
+        replicated.append("s1", actions[done : done + n], expected_version=done)
+        done += n
+        # Each read right after a write through the same store sees that write.
+        assert replicated.head("s1") == done
+        assert replicated.load("s1").to_json() == plain.load("s1").to_json()
+    replicated.branch("s1", at=10, new_id="s1-alt")
+    assert [s.id for s in replicated.sessions()] == ["s1", "s1-alt"]
+    replicated.append("s1-alt", [{"type": "stop"}], expected_version=10)
+    assert replicated.load("s1-alt").to_json() == plain.load("s1-alt").to_json()
+    for v in (0, 1, 10, done):
+        assert replicated.load("s1", version=v).to_json() == plain.load("s1", version=v).to_json()
+    assert [e.hash for e in replicated.history("s1")] == [e.hash for e in plain.history("s1")]
+    assert replicated.diff(("s1", None), ("s1-alt", None)).to_json() == plain.diff(
+        ("s1", None), ("s1-alt", None)
+    ).to_json()
+    assert list(replicated.replay("s1", upto=12)) == list(plain.replay("s1", upto=12))
+    assert replicated.verify().ok
+    reads = _reads(replicated)
+    assert reads["primary"] == 0 and reads["replica"] > 20
+
+
+def test_a_stopped_replica_is_skipped_and_the_primary_answers(
+    stores: tuple[EventStore, EventStore],
+) -> None:
+    replicated, plain = stores
+    replicated.append("s1", chat_session(1, deltas=4)[:5], expected_version=0)
+    assert replicated.head("s1") == 5
+    before = _reads(replicated)
+    _replica_ctl("-m", "fast", "stop")
+    try:
+        replicated.append("s1", [{"type": "stop"}], expected_version=5)
+        assert replicated.head("s1") == 6
+        assert replicated.load("s1").to_json() == plain.load("s1").to_json()
+        assert replicated.load("s1", version=3).to_json() == plain.load("s1", version=3).to_json()
+        assert len(list(replicated.history("s1"))) == 6
+        after = _reads(replicated)
+        assert after["replica"] == before["replica"]
+        assert after["primary"] >= before["primary"] + 4
+    finally:
+        _replica_ctl("start")
+    # Back up: after its pause it is probed again, catches up and serves reads again.
+    time.sleep(1.1)
+    assert replicated.load("s1").to_json() == plain.load("s1").to_json()
+    assert _reads(replicated)["replica"] > after["replica"]
+
+
+def test_a_replica_paused_past_the_lag_bound_is_skipped(
+    pg_schema: str, replica_url: str
+) -> None:
+    replicated = _replicated(pg_schema, replica_url, max_replica_lag=0.3, replica_wait=0)
+    plain = EventStore(pg_schema)
+    try:
+        plain.append("s1", [{"type": "send", "id": "u-1", "text": "hi"}], expected_version=0)
+        _until_a_replica_serves(replicated, "s1")
+        _sql(replica_url, "SELECT pg_wal_replay_pause()")
+        try:
+            _wait_until_paused(replica_url)
+            # Written by another store: this one's read-your-writes position does not move,
+            # only the replica's lag can send the read to the primary.
+            plain.append("s1", [{"type": "stop"}], expected_version=1)
+            time.sleep(0.6)  # twice the bound: the replay has been stuck that long
+            assert _sql(replica_url, "SELECT count(*) FROM events")[0][0] == 1
+            before = _reads(replicated)
+            assert replicated.head("s1") == 2
+            assert _reads(replicated)["primary"] == before["primary"] + 1
+            assert replicated.load("s1").to_json() == plain.load("s1").to_json()
+        finally:
+            _sql(replica_url, "SELECT pg_wal_replay_resume()")
+    finally:
+        replicated.close()
+        plain.close()
+
+
+def test_old_versions_come_from_a_replica_that_is_behind_the_head(
+    pg_schema: str, replica_url: str
+) -> None:
+    replicated = _replicated(pg_schema, replica_url, replica_wait=0)
+    plain = EventStore(pg_schema)
+    actions = chat_session(1, deltas=6)
+    try:
+        replicated.append("s1", actions[:6], expected_version=0)
+        _until_a_replica_serves(replicated, "s1")
+        _sql(replica_url, "SELECT pg_wal_replay_pause()")
+        try:
+            _wait_until_paused(replica_url)
+            replicated.append("s1", actions[6:], expected_version=6)
+            head = len(actions)
+            before = _reads(replicated)
+            # Immutable history below what the replica holds: the replica serves it.
+            old = plain.load("s1", version=4).to_json()
+            assert replicated.load("s1", version=4).to_json() == old
+            assert _reads(replicated)["replica"] == before["replica"] + 1
+            # The head and a version the replica lacks: the primary, with the right answer.
+            assert replicated.load("s1").to_json() == plain.load("s1").to_json()
+            assert replicated.load("s1", version=head).to_json() == plain.load("s1").to_json()
+            assert replicated.head("s1") == head
+            assert _reads(replicated)["primary"] == before["primary"] + 3
+        finally:
+            _sql(replica_url, "SELECT pg_wal_replay_resume()")
+    finally:
+        replicated.close()
+        plain.close()
+
+
+def test_nothing_is_written_to_a_replica(
+    stores: tuple[EventStore, EventStore], pg_schema: str, replica_url: str
+) -> None:
+    replicated, _ = stores
+    replicated.append("s1", chat_session(2, deltas=10), expected_version=0)
+    replicated.branch("s1", at=3, new_id="s2")
+    assert replicated.head("s2") == 3
+    # The store's replica connections refuse writes even on a server that would take them...
+    engine = create_engine(read_only_url(replica_url))
+    try:
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("SHOW default_transaction_read_only").scalar() == "on"
+    finally:
+        engine.dispose()
+    # ...and on the replica's side, every row it holds came from the primary's WAL: once
+    # caught up, it holds exactly the primary's rows, and it is still a standby.
+    query = "SELECT session_pk, version, hash FROM events ORDER BY 1, 2"
+    assert _sql(replica_url, query) == _sql(pg_schema, query)
+    assert _sql(replica_url, "SELECT pg_is_in_recovery()") == [(True,)]
+    replica = open_storage(read_only_url(replica_url))
+    try:
+        with pytest.raises(StorageError):
+            with replica.write() as tx:
+                tx.exec_driver_sql("INSERT INTO compaction_permits VALUES (1, 1)")
+    finally:
+        replica.close()
+
+
+def test_a_server_that_is_not_a_standby_never_serves_reads(pg_schema: str) -> None:
+    # Named as a replica by mistake, the primary itself: never read from, never written.
+    store = make_store(pg_schema, replicas=[pg_schema], replica_wait=0)
+    try:
+        store.append("s1", [{"type": "send", "id": "u-1", "text": "hi"}], expected_version=0)
+        assert store.head("s1") == 1
+        assert _reads(store) == {"replica": 0, "primary": 1}
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"replicas": "postgresql://h/db"}, "list of PostgreSQL URLs"),
+        ({"replicas": []}, None),
+        ({"replicas": ["sqlite:///x.db"]}, "must be a PostgreSQL server"),
+        ({"replicas": [3]}, "must be a string"),
+        ({"replicas": ["::not a url::"]}, "not a database URL"),
+        ({"replicas": ["postgresql://h/db"], "max_replica_lag": 0}, "positive"),
+        ({"replicas": ["postgresql://h/db"], "max_replica_lag": float("nan")}, "positive"),
+        ({"replicas": ["postgresql://h/db"], "max_replica_lag": True}, "number of seconds"),
+        ({"replicas": ["postgresql://h/db"], "replica_wait": -1}, "zero or positive"),
+    ],
+)
+def test_bad_replica_options_are_refused(options: dict[str, Any], message: str | None) -> None:
+    if message is None:  # an empty list: a plain primary-only store
+        EventStore("postgresql+psycopg://u@127.0.0.1:1/db", **options).close()
+        return
+    with pytest.raises(StorageError, match=message):
+        EventStore("postgresql+psycopg://u@127.0.0.1:1/db", **options)
+
+
+def test_replicas_on_sqlite_are_refused(tmp_path: Any) -> None:
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    with pytest.raises(StorageError, match="replicas needs PostgreSQL"):
+        EventStore(url, replicas=["postgresql+psycopg://u@h/db"])
+    with pytest.raises(StorageError, match="max_replica_lag needs PostgreSQL"):
+        EventStore(url, max_replica_lag=2.0)
+    assert not (tmp_path / "x.db").exists()
+
+
+def test_the_async_twin_refuses_replicas_with_a_clear_error(pg_schema: str, replica_url: str) -> None:
+    from eventstore import AsyncEventStore
+
+    with pytest.raises(StorageError, match="not available on AsyncEventStore"):
+        AsyncEventStore(pg_schema, replicas=[replica_url])

@@ -1,0 +1,72 @@
+"""The async twin seen through the sync store's API, for running one test suite on both.
+
+Test-only: :class:`BlockingAsyncStore` drives an :class:`~eventstore.AsyncEventStore` on
+a private event loop (each call runs one coroutine to completion) and turns its async
+iterators into lists, so a test written against ``EventStore`` exercises the async twin
+unchanged. Applications never do this: a sync caller uses ``EventStore``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import AsyncIterator, Iterator
+from types import TracebackType
+from typing import Any
+
+from eventstore import AsyncEventStore
+
+__all__ = ["BlockingAsyncStore", "make_async_store", "ITERATORS"]
+
+#: The methods that return an async iterator (a list here).
+ITERATORS = ("history", "replay")
+
+
+async def _collect(it: AsyncIterator[Any]) -> list[Any]:
+    return [x async for x in it]
+
+
+class BlockingAsyncStore:
+    """An AsyncEventStore on a private event loop, with the sync store's call shapes."""
+
+    def __init__(self, url: Any, **options: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        try:
+            self._async = AsyncEventStore(url, **options)
+        except BaseException:
+            self._loop.close()
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._async, name)
+        if name in ITERATORS:
+            return lambda *a, **k: iter(self._loop.run_until_complete(_collect(attr(*a, **k))))
+        if inspect.iscoroutinefunction(attr):
+            return lambda *a, **k: self._loop.run_until_complete(attr(*a, **k))
+        return attr
+
+    def close(self) -> None:
+        if not self._loop.is_closed():
+            self._loop.run_until_complete(self._async.close())
+            self._loop.close()
+
+    def __enter__(self) -> BlockingAsyncStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __iter__(self) -> Iterator[Any]:  # pragma: no cover - guards against misuse
+        raise TypeError("not iterable")
+
+
+def make_async_store(url: str, **options: Any) -> BlockingAsyncStore:
+    """Like ``conftest.make_store``, for the async twin: migrated, ready to use."""
+    store = BlockingAsyncStore(url, **options)
+    store.migrate()
+    return store
