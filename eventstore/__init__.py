@@ -76,6 +76,7 @@ from eventstore.reducer import (
     resumable,
     session_reducer,
 )
+from eventstore.astreaming import AsyncStreamingTurn
 from eventstore.asyncstore import AsyncEventStore
 from eventstore.storage.urls import mask_url
 from eventstore.store import EventStore
@@ -103,6 +104,7 @@ __all__ = [
     "ToolCall",
     # streaming turns
     "StreamingTurn",
+    "AsyncStreamingTurn",
     "Recovery",
     "to_openai_messages",
     "to_anthropic_messages",

@@ -69,10 +69,18 @@ def test_every_public_method_has_an_async_twin_with_the_same_signature() -> None
     sync, twin = _public(EventStore), _public(AsyncEventStore)
     assert set(sync) == set(twin)
     iterators = {"history", "replay"}
+    contexts = {"turn": "AsyncStreamingTurn"}  # an async context manager, not a coroutine
     for name, member in sync.items():
         other = twin[name]
         if isinstance(member, property):
             assert isinstance(other, property), name
+            continue
+        if name in contexts:
+            assert not inspect.iscoroutinefunction(other), name
+            assert inspect.signature(other).return_annotation == contexts[name], name
+            assert list(inspect.signature(member).parameters.values()) == list(
+                inspect.signature(other).parameters.values()
+            ), name
             continue
         if name in iterators:
             assert not inspect.iscoroutinefunction(other), name

@@ -1,5 +1,6 @@
 """Streaming turns across processes: persist before stream, stop from anywhere, kill -9 and
-recovery, one owner per turn, closed sessions, idempotent flushes. Both backends.
+recovery, one owner per turn, closed sessions, idempotent flushes. Both backends, and both
+twins (``store.turn`` and ``async with astore.turn``).
 
 The writer runs in a separate process (tests/turn_worker.py); the two processes move in
 lock-step through its stdout and stdin, never by sleeping and hoping.
@@ -33,6 +34,10 @@ from eventstore import (
 from eventstore.engine import Engine
 from eventstore.report import INTERRUPTED
 from eventstore.streaming import StreamingTurn, TurnWriter
+
+# Every test that takes `store` runs on the sync store and on the async twin (the writer
+# processes are sync: the two forms work on one database at the same time).
+pytestmark = pytest.mark.twins
 
 WORKER = Path(__file__).with_name("turn_worker.py")
 SEND = {"type": "send", "id": "u-1", "text": "Add two mugs to the cart"}
