@@ -233,7 +233,11 @@ class TurnWriter:
             with self._lock:
                 while True:
                     now = time.monotonic()
-                    due = [t for t in self._turns if t.due(now)]
+                    due = [
+                        t
+                        for t in self._turns
+                        if t.due(now) or (self._closing and t.joins_flush(now))
+                    ]
                     if due or self._closing:
                         break
                     wake = min((t.wake_at(now) for t in self._turns), default=now + 1.0)

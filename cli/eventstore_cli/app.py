@@ -573,7 +573,9 @@ def verify(
 @cli_errors
 def recover(
     ctx: typer.Context,
-    session: str = typer.Argument(..., help="The session whose streaming turn may have died."),
+    session: str = typer.Argument(
+        ..., metavar=SESSION, help="The session whose streaming turn may have died."
+    ),
     stale_after: float = typer.Option(
         30.0,
         "--stale-after",
@@ -593,10 +595,12 @@ def recover(
     if as_json:
         print_json(None if r is None else r.to_json())
     elif r is None:
-        typer.echo(f"nothing to recover in {session}: it is not streaming, or its writer is alive")
+        typer.echo(
+            f"nothing to recover in {safe(session)}: it is not streaming, or its writer is alive"
+        )
     else:
         typer.echo(
-            f"recovered {session}: interrupted at version {r.version}; "
+            f"recovered {safe(session)}: interrupted at version {r.version}; "
             f"{len(r.messages)} message(s) to continue from"
         )
 

@@ -173,7 +173,7 @@ def sessions_table(infos: Sequence[Any]) -> Table:
             Text(safe(s.parent or "")),
             "" if s.fork_version is None else str(s.fork_version),
             str(s.baseline or 0),
-            Text(session_state(s)),
+            Text(safe(session_state(s))),
         )
     return t
 
