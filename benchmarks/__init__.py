@@ -19,6 +19,7 @@ BENCHMARKS: list[str] = [
     "timetravel",
     "report",
     "feed",
+    "streaming",
     "async_store",  # `python -m benchmarks async`: the async twin at W concurrent writers
     "soak",  # reliability audit; 10 s per backend by default (--seconds N for a real soak)
     "startup",  # CLI start-up and long-log output, before/after against a git revision

@@ -31,10 +31,13 @@ from eventstore.errors import (
     InvalidEvent,
     InvalidState,
     SchemaError,
+    SessionClosed,
     SessionErased,
     SessionExists,
     SessionNotFound,
     StorageError,
+    TurnBusy,
+    TurnStopped,
     VersionNotFound,
 )
 from eventstore.compaction import CompactResult
@@ -63,8 +66,9 @@ from eventstore.models import (
     parse_actions,
     parse_state,
 )
+from eventstore.chatapi import to_anthropic_messages, to_openai_messages
 from eventstore.feed import AsyncFollower, Follower
-from eventstore.records import AppendResult, Problem, RecordedEvent, SessionInfo, VerifyReport
+from eventstore.records import AppendResult, Problem, RecordedEvent, Recovery, SessionInfo, VerifyReport
 from eventstore.reducer import (
     REDUCER_VERSION,
     fold,
@@ -73,9 +77,11 @@ from eventstore.reducer import (
     resumable,
     session_reducer,
 )
+from eventstore.astreaming import AsyncStreamingTurn
 from eventstore.asyncstore import AsyncEventStore
 from eventstore.storage.urls import mask_url
 from eventstore.store import EventStore
+from eventstore.streaming import StreamingTurn
 from eventstore.timetravel import ReplayStep
 from eventstore.transfer import ImportResult
 from eventstore.turns import ToolCall, Turn
@@ -99,6 +105,12 @@ __all__ = [
     "ReplayStep",
     "Turn",
     "ToolCall",
+    # streaming turns
+    "StreamingTurn",
+    "AsyncStreamingTurn",
+    "Recovery",
+    "to_openai_messages",
+    "to_anthropic_messages",
     # the audit trail
     "Checkpoint",
     "generate_keypair",
@@ -143,6 +155,9 @@ __all__ = [
     "VersionNotFound",
     "CompactedError",
     "SessionErased",
+    "SessionClosed",
+    "TurnStopped",
+    "TurnBusy",
     "CheckpointError",
     "SchemaError",
     "StorageError",

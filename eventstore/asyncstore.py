@@ -31,13 +31,16 @@ from typing import IO, Any
 from . import compaction, timetravel, transfer
 from . import report as reporting
 from . import verify as verifying
+from . import streaming
 from .aio import iterate, live, run
+from .astreaming import AsyncStreamingTurn, AsyncTurnWriter
 from .compaction import CompactResult
 from .diff import SessionDiff
 from .engine import DEFAULT_SNAPSHOT_EVERY, Engine
 from .feed import AsyncFollower, FollowState
 from .models import Action, SessionState
-from .records import AppendResult, RecordedEvent, SessionInfo, VerifyReport
+from .records import AppendResult, RecordedEvent, Recovery, SessionInfo, VerifyReport
+from .streaming import DEFAULT_MAX_DELAY
 from .timetravel import ReplayStep
 from .transfer import ImportResult
 from .turns import Turn
@@ -83,6 +86,7 @@ class AsyncEventStore:
             use_asyncio=True,
             **storage_options,
         )
+        self._streams = AsyncTurnWriter(self._engine)
 
     # -- lifecycle and schema -----------------------------------------------------------
 
@@ -118,6 +122,7 @@ class AsyncEventStore:
 
     async def close(self) -> None:
         """Release every database connection. The store must not be used afterwards."""
+        await self._streams.close()
         await run(self._engine.close)
 
     async def __aenter__(self) -> AsyncEventStore:
@@ -165,6 +170,29 @@ class AsyncEventStore:
             actor=actor,
             metadata=metadata,
         )
+
+    def turn(
+        self,
+        session: str,
+        send_action: Mapping[str, Any] | Action,
+        *,
+        actor: str | None = None,
+        max_delay: float = DEFAULT_MAX_DELAY,
+    ) -> AsyncStreamingTurn:
+        """Twin of :meth:`EventStore.turn <eventstore.EventStore.turn>`: ``async with
+        store.turn(...) as turn``, then ``await turn.write(part)``, ``await turn.flush()``,
+        ``await turn.stop()``. The turns of one async store share one flusher task."""
+        return AsyncStreamingTurn(
+            self._streams, session, send_action, actor=actor, max_delay=max_delay
+        )
+
+    async def recover(self, session: str, *, stale_after: float = 30.0) -> Recovery | None:
+        """Twin of :meth:`EventStore.recover <eventstore.EventStore.recover>`."""
+        return await run(streaming.recover, self._engine, session, stale_after=stale_after)
+
+    async def close_session(self, session: str, *, reason: str | None = None) -> None:
+        """Twin of :meth:`EventStore.close_session <eventstore.EventStore.close_session>`."""
+        await run(streaming.close_session, self._engine, session, reason=reason)
 
     async def branch(self, session: str, *, at: int | None = None, new_id: str | None = None) -> str:
         """Twin of :meth:`EventStore.branch <eventstore.EventStore.branch>`: fork a session

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .codec import decode_many, encode_action, encode_metadata
@@ -48,6 +48,7 @@ from .errors import (
     ConcurrencyError,
     InvalidEvent,
     SchemaError,
+    SessionClosed,
     SessionExists,
     SessionNotFound,
     StorageError,
@@ -57,6 +58,7 @@ from .feed import FEED_CHUNK, FeedKey, Follower, FollowState, Live, Pacer, posit
 from .ids import check_new_session_id
 from .models import check_json, parse_actions
 from .planning import (
+    AppendPlan,
     AppendPlanner,
     State,
     baselines,
@@ -76,8 +78,9 @@ from .planning import (
 from .records import AppendResult, CompactionRecord, RecordedEvent, SessionInfo, to_datetime
 from .reducer import REDUCER_VERSION, fold_json
 from .storage import NewSession, Segment, SessionRow, SnapshotRow, Storage, open_storage
-from .storage.base import EventIdRace, Tx
+from .storage.base import EventIdRace, EventRow, SessionControl, Tx
 from .storage.migrate import HEAD_REVISION
+from .turnplan import session_info
 from .validate import MAX_VERSION, Limits, Validator
 
 __all__ = ["Engine", "DEFAULT_SNAPSHOT_EVERY", "HISTORY_CHUNK", "now_micros"]
@@ -319,34 +322,78 @@ class Engine:
             ):
                 return self._appended(known, rows, prev, turn, plan, ids, now)
         with st.write(session=session, expected=expected) as tx:
-            row = st.lock_session(tx, session)
-            if row is None:
-                if expected not in (None, 0):
-                    raise ConcurrencyError(session, expected, 0)
-                check_new_session_id(session)
-                row = st.insert_session(tx, NewSession(id=session, created_at=now))
-                if row is None:  # created concurrently: wait for its lock
-                    row = st.lock_session(tx, session)
-                    assert row is not None
+            row = self.lock_for_append(tx, session, expected)
             if ids is not None:
                 prior = st.events_by_id(tx, row.pk, ids)
                 if prior:
                     return replayed(session, prior, ids, encoded, actor, meta)
+            self.check_open(tx, row)
             if expected is not None and row.head != expected:
                 raise ConcurrencyError(session, expected, row.head)
-            rows, prev, turn = event_rows(row, session, encoded, ids, actor, meta, now)
-            head = rows[-1].version
-            st.insert_events(tx, rows)
-            st.set_head(tx, row.pk, head, prev, turn)
-            plan = planner.plan(row, action_dicts, head)
-            if plan is None:
-                # Re-read the row: a compaction elsewhere may have moved its baseline.
-                fresh = st.get_session(tx, row.id) or row
-                plan = planner.plan(row, action_dicts, head, self.state_at(tx, fresh, row.head))
-                assert plan is not None
-            for snap in plan.snapshots:
-                st.put_snapshot(tx, snap, plan.blobs if snap is plan.snapshots[0] else {})
+            rows, prev, turn, plan = self.write_locked(tx, row, action_dicts, encoded, ids, actor, meta, now)
         return self._appended(row, rows, prev, turn, plan, ids, now)
+
+    def lock_for_append(self, tx: Tx, session: str, expected: int | None = None) -> SessionRow:
+        """Lock a session's row for an append, creating the session if it is new.
+
+        Raises:
+            ConcurrencyError: the session is new and ``expected`` is neither ``None`` nor 0.
+        """
+        st = self.storage
+        row = st.lock_session(tx, session)
+        if row is None:
+            if expected not in (None, 0):
+                raise ConcurrencyError(session, expected, 0)
+            check_new_session_id(session)
+            row = st.insert_session(tx, NewSession(id=session, created_at=now_micros()))
+            if row is None:  # created concurrently: wait for its lock
+                row = st.lock_session(tx, session)
+                assert row is not None
+        return row
+
+    def check_open(self, tx: Tx, row: SessionRow) -> SessionControl:
+        """The session's control row, once it is known not to be closed.
+
+        Raises:
+            SessionClosed: the session was closed to writes.
+        """
+        control = self.storage.get_control(tx, row.pk)
+        if control.closed_at is not None:
+            raise SessionClosed(row.id, control.closed_reason)
+        return control
+
+    def write_locked(
+        self,
+        tx: Tx,
+        row: SessionRow,
+        action_dicts: list[dict[str, Any]],
+        encoded: list[tuple[str, bytes]],
+        ids: Sequence[str] | None,
+        actor: str | None,
+        meta: bytes | None,
+        now: int,
+    ) -> tuple[list[EventRow], bytes, int, AppendPlan]:
+        """Write a batch after the head of a locked row: events, head, due snapshots.
+
+        Returns:
+            ``(rows, new head hash, new head turn, plan)``; after the commit, pass the
+            new head row and the plan to ``planner.committed``.
+        """
+        st = self.storage
+        planner = self.planner
+        rows, prev, turn = event_rows(row, row.id, encoded, ids, actor, meta, now)
+        head = rows[-1].version
+        st.insert_events(tx, rows)
+        st.set_head(tx, row.pk, head, prev, turn)
+        plan = planner.plan(row, action_dicts, head)
+        if plan is None:
+            # Re-read the row: a compaction elsewhere may have moved its baseline.
+            fresh = st.get_session(tx, row.id) or row
+            plan = planner.plan(row, action_dicts, head, self.state_at(tx, fresh, row.head))
+            assert plan is not None
+        for snap in plan.snapshots:
+            st.put_snapshot(tx, snap, plan.blobs if snap is plan.snapshots[0] else {})
+        return rows, prev, turn, plan
 
     def _appended(
         self,
@@ -530,10 +577,13 @@ class Engine:
 
     def sessions(self) -> list[SessionInfo]:
         """Every session (roots and branches), oldest first."""
-        rows = self.session_rows()
+        with self.storage.read() as tx:
+            rows = self.storage.list_sessions(tx)
+            controls = self.storage.list_controls(tx)
         names = {r.pk: r.id for r in rows}
         return [
-            SessionInfo(
+            session_info(
+                controls.get(r.pk),
                 id=r.id,
                 parent=None if r.parent_pk is None else names.get(r.parent_pk),
                 fork_version=r.fork_version,
@@ -577,6 +627,9 @@ class Engine:
                 baseline_turn=row.baseline_turn,
             )
             if st.insert_session(tx, new) is None:
+                taken = st.get_session(tx, new_id)
+                if taken is not None:
+                    self.check_open(tx, taken)
                 raise SessionExists(new_id)
         return str(new_id)
 

@@ -17,6 +17,9 @@ maps them in exactly one place and chains the original as ``__cause__``.
     ├── VersionNotFound         the version is outside 0..head of the session
     │   └── CompactedError      the version lies below the session's compaction baseline
     ├── SessionErased           the session was erased; its tombstone says when, by whom, why
+    ├── SessionClosed           the session was closed to writes (reads still work)
+    ├── TurnStopped             a stop (or crash recovery) ended this streaming turn
+    ├── TurnBusy                another streaming turn owns the session's stream
     ├── CheckpointError         a checkpoint or key file is unreadable, malformed or of the wrong kind
     ├── SchemaError             the database has no (or an older) eventstore schema
     └── StorageError            the database failed; ``retryable`` tells whether to try again
@@ -37,6 +40,9 @@ __all__ = [
     "VersionNotFound",
     "CompactedError",
     "SessionErased",
+    "SessionClosed",
+    "TurnStopped",
+    "TurnBusy",
     "CheckpointError",
     "SchemaError",
     "StorageError",
@@ -194,6 +200,60 @@ class SessionErased(EventStoreError):
         self.erased_at = erased_at
         self.actor = actor
         self.reason = reason
+
+
+class SessionClosed(EventStoreError):
+    """The session was closed to writes: appends, turns and branches into it are refused.
+
+    Attributes:
+        session: the session id.
+        reason: why it was closed (``None`` when not given).
+    """
+
+    def __init__(self, session: str, reason: str | None) -> None:
+        why = f": {reason}" if reason else ""
+        super().__init__(f"session {session!r} is closed to writes{why}; read it or branch from it")
+        self.session = session
+        self.reason = reason
+
+
+class TurnStopped(EventStoreError):
+    """The streaming turn was ended by a stop (or by crash recovery): nothing more of it
+    is stored.
+
+    Attributes:
+        session: the session id.
+        version: the version of the event that ended the turn, when known.
+        dropped: how many written parts were still buffered and were dropped.
+    """
+
+    def __init__(self, session: str, version: int | None, dropped: int) -> None:
+        at = f" at version {version}" if version is not None else ""
+        super().__init__(
+            f"the turn on session {session!r} was stopped{at}; {dropped} buffered part(s) "
+            "were dropped and nothing more of it is stored"
+        )
+        self.session = session
+        self.version = version
+        self.dropped = dropped
+
+
+class TurnBusy(EventStoreError):
+    """Another streaming turn holds the session's writer lease.
+
+    Attributes:
+        session: the session id.
+        seen_seconds_ago: how long ago that turn last flushed or renewed its lease.
+    """
+
+    def __init__(self, session: str, seen_seconds_ago: float) -> None:
+        super().__init__(
+            f"session {session!r} has a streaming turn in progress (its writer was last seen "
+            f"{seen_seconds_ago:.1f} s ago); wait for it, stop it, or `eventstore recover` it "
+            "if its process died"
+        )
+        self.session = session
+        self.seen_seconds_ago = seen_seconds_ago
 
 
 class CheckpointError(EventStoreError):

@@ -168,7 +168,7 @@ def event_rows(
     row: SessionRow,
     session: str,
     encoded: Sequence[tuple[str, bytes]],
-    ids: Sequence[str] | None,
+    ids: Sequence[str | None] | None,
     actor: str | None,
     meta: bytes | None,
     now: int,

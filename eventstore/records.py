@@ -5,6 +5,7 @@
 - :class:`SessionInfo` — one row of :meth:`EventStore.sessions`.
 - :class:`VerifyReport` — what :meth:`EventStore.verify` found, as :class:`Problem` records.
 - :class:`CompactionRecord` — what the compaction storage primitive did.
+- :class:`Recovery` — what :meth:`EventStore.recover` did.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ __all__ = [
     "VerifyReport",
     "Problem",
     "CompactionRecord",
+    "Recovery",
     "to_datetime",
 ]
 
@@ -133,6 +135,12 @@ class SessionInfo:
         baseline: versions below this were compacted (0 = none).
         created_at: when it was created (aware UTC).
         head_turn: the turn number at ``head``.
+        closed_at: when the session was closed to writes, or ``None`` (open).
+        closed_reason: why it was closed, or ``None``.
+        interrupted: its last turn was interrupted (crash recovery, or a turn left with
+            an exception) and nothing continued it yet.
+        writer_seen: when the streaming turn that holds the session last flushed or
+            renewed its lease, or ``None`` when no turn holds it.
     """
 
     id: str
@@ -142,6 +150,15 @@ class SessionInfo:
     baseline: int
     created_at: datetime
     head_turn: int = 0
+    closed_at: datetime | None = None
+    closed_reason: str | None = None
+    interrupted: bool = False
+    writer_seen: datetime | None = None
+
+    @property
+    def closed(self) -> bool:
+        """Whether the session is closed to writes."""
+        return self.closed_at is not None
 
     def to_json(self) -> dict[str, Any]:
         """The CLI's ``sessions --json`` object."""
@@ -153,6 +170,11 @@ class SessionInfo:
             "baseline": self.baseline,
             "head_turn": self.head_turn,
             "created_at": iso(self.created_at),
+            "closed": self.closed,
+            "closed_at": None if self.closed_at is None else iso(self.closed_at),
+            "closed_reason": self.closed_reason,
+            "interrupted": self.interrupted,
+            "writer_seen": None if self.writer_seen is None else iso(self.writer_seen),
         }
 
 
@@ -233,3 +255,21 @@ class CompactionRecord:
     previous_baseline: int
     deleted: int
     kept_for_branches: int | None
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """What crash recovery did (:meth:`EventStore.recover`).
+
+    Attributes:
+        version: the version of the interruption part it appended.
+        messages: the continuation seed: ``resumable`` of the state's messages (what to
+            send the model to continue the reply).
+    """
+
+    version: int
+    messages: list[dict[str, Any]]
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"version", "messages"}``."""
+        return {"version": self.version, "messages": self.messages}

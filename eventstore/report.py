@@ -35,15 +35,13 @@ from . import verify as verifying
 from .engine import Engine
 from .files import text_out
 from .text import shorten
+from .turnplan import INTERRUPTED
 from .turns import Turn, build_turns, turn_messages
 
 
 __all__ = ["INTERRUPTED", "render_report", "render_diff_report"]
 
 JSON = dict[str, Any]
-
-#: The error text crash recovery writes into a turn whose response never finished.
-INTERRUPTED = "The response was interrupted."
 
 # Turns start expanded up to this many; a longer session opens as a list of one-line summaries.
 _OPEN_TURNS = 40

@@ -35,7 +35,9 @@ from .diff import SessionDiff
 from .engine import DEFAULT_SNAPSHOT_EVERY, Engine
 from .feed import Follower
 from .models import Action, SessionState
-from .records import AppendResult, RecordedEvent, SessionInfo, VerifyReport
+from .records import AppendResult, RecordedEvent, Recovery, SessionInfo, VerifyReport
+from .streaming import DEFAULT_MAX_DELAY, StreamingTurn, TurnWriter
+from . import streaming
 from .timetravel import ReplayStep
 from .transfer import ImportResult
 from .turns import Turn
@@ -85,6 +87,7 @@ class EventStore:
             max_id_length=max_id_length,
             **storage_options,
         )
+        self._streams = TurnWriter(self._engine)
 
     # -- lifecycle and schema -----------------------------------------------------------
 
@@ -121,6 +124,7 @@ class EventStore:
 
     def close(self) -> None:
         """Release every database connection. The store must not be used afterwards."""
+        self._streams.close()
         self._engine.close()
 
     def __enter__(self) -> EventStore:
@@ -205,6 +209,77 @@ class EventStore:
             actor=actor,
             metadata=metadata,
         )
+
+    def turn(
+        self,
+        session: str,
+        send_action: Mapping[str, Any] | Action,
+        *,
+        actor: str | None = None,
+        max_delay: float = DEFAULT_MAX_DELAY,
+    ) -> StreamingTurn:
+        """A streaming turn: persist the user's message, then stream the reply into the log.
+
+        ::
+
+            with store.turn("s1", {"type": "send", "id": "u-1", "text": "hi"}) as turn:
+                turn.write({"type": "message-start", "messageId": "a-1"})
+                turn.write({"type": "text-delta", "messageId": "a-1", "text": "Hel"})
+
+        Entering returns once ``send_action`` is durable (another process can read it
+        before the first part is written) and the turn holds the session's writer lease.
+        ``turn.write(part)`` buffers; the writes of every turn open on this store are
+        committed together, one transaction per flush. Step-ending parts (``tool-call``,
+        ``tool-result``, ``tool-error``, ``finish``, ``error``, ``toolPhase``, ``stop``) are
+        durable when ``write`` returns; deltas within ``max_delay`` seconds. A stop appended
+        by anyone ends the turn (``turn.stopped``; buffered parts are dropped and counted in
+        ``turn.dropped``; later writes raise :class:`~eventstore.TurnStopped`). Leaving the
+        block with an exception flushes, appends an interruption ``error`` part and
+        re-raises.
+
+        Args:
+            session: the session id (created by the turn when new).
+            send_action: the ``send`` that opens the turn, or a ``retry`` to continue an
+                interrupted reply.
+            actor: recorded on every event of the turn.
+            max_delay: seconds a delta may wait before it is durable (0..60).
+
+        Raises (on entering):
+            InvalidEvent: an argument is malformed.
+            SessionClosed: the session was closed.
+            TurnBusy: another turn (in any process) holds the session.
+        """
+        return StreamingTurn(self._streams, session, send_action, actor=actor, max_delay=max_delay)
+
+    def recover(self, session: str, *, stale_after: float = 30.0) -> Recovery | None:
+        """Close a turn whose writer died, and return the continuation seed.
+
+        When the session is ``streaming`` and no turn in any process has written to it or
+        renewed its lease for ``stale_after`` seconds, appends the interruption part
+        (``{"type": "part", "part": {"type": "error", "error": "The response was
+        interrupted."}}``: every open tool call is cancelled) and returns
+        :class:`~eventstore.Recovery` with ``resumable`` of the messages. Otherwise writes
+        nothing and returns ``None``. A live turn renews its lease every second, so it is
+        never interrupted.
+
+        Raises:
+            InvalidEvent: an argument is malformed (``stale_after`` must be positive).
+            SessionNotFound: no such session.
+            SessionClosed: the session was closed.
+        """
+        return streaming.recover(self._engine, session, stale_after=stale_after)
+
+    def close_session(self, session: str, *, reason: str | None = None) -> None:
+        """Close a session to writes: later appends, turns and branches into it raise
+        :class:`~eventstore.SessionClosed`; reads, branches from it and diffs still work,
+        and :meth:`sessions` shows it closed with the reason. A live turn on it stops at
+        its next flush.
+
+        Raises:
+            InvalidEvent: an argument is malformed.
+            SessionNotFound: no such session.
+        """
+        streaming.close_session(self._engine, session, reason=reason)
 
     def branch(self, session: str, *, at: int | None = None, new_id: str | None = None) -> str:
         """Fork a session at a version, copy-on-write (no event is copied).

@@ -70,6 +70,7 @@ def test_every_public_method_has_an_async_twin_with_the_same_signature() -> None
     assert set(sync) == set(twin)
     iterators = {"history", "replay"}
     followers = {"follow", "feed"}  # Follower / AsyncFollower: iterators with a lag
+    contexts = {"turn": "AsyncStreamingTurn"}  # an async context manager, not a coroutine
     for name, member in sync.items():
         other = twin[name]
         if isinstance(member, property):
@@ -79,6 +80,13 @@ def test_every_public_method_has_an_async_twin_with_the_same_signature() -> None
             assert not inspect.iscoroutinefunction(other), name
             assert inspect.signature(member).return_annotation == "Follower", name
             assert inspect.signature(other).return_annotation == "AsyncFollower", name
+            assert list(inspect.signature(member).parameters.values()) == list(
+                inspect.signature(other).parameters.values()
+            ), name
+            continue
+        if name in contexts:
+            assert not inspect.iscoroutinefunction(other), name
+            assert inspect.signature(other).return_annotation == contexts[name], name
             assert list(inspect.signature(member).parameters.values()) == list(
                 inspect.signature(other).parameters.values()
             ), name

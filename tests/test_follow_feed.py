@@ -227,6 +227,37 @@ def test_feed_under_8_concurrent_writers_is_exact_and_in_session_order(
     assert list(store.feed(after=middle, idle_timeout=0)) == again[len(again) // 2 + 1 :]
 
 
+def test_feed_of_group_committed_streaming_turns_is_exact_and_in_session_order(
+    store: EventStore, raw_engine: Engine
+) -> None:
+    # Streaming turns commit many sessions in one transaction (group commit), next to plain
+    # appends: every event still comes once, each session's in version order.
+    feed = Consumer(store.feed(idle_timeout=SAFETY))
+    failures: list[BaseException] = []
+
+    def stream(w: int) -> None:
+        try:
+            for t in range(3):
+                with store.turn(f"turn-{w}", _send(t), max_delay=0.005) as turn:
+                    turn.write({"type": "message-start", "messageId": f"a-{w}-{t}"})
+                    for k in range(20):
+                        turn.write({"type": "text-delta", "messageId": f"a-{w}-{t}", "text": f"{k} "})
+                    turn.write({"type": "finish", "reason": "stop"})
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            failures.append(exc)
+
+    threads = [threading.Thread(target=stream, args=(w,), daemon=True) for w in range(6)]
+    for t in threads:
+        t.start()
+    _join(_writers(store, 2, 6, tag="plain"))
+    for t in threads:
+        t.join(SAFETY)
+        assert not t.is_alive()
+    assert not failures, failures
+    stored = _stored(raw_engine)
+    _check_feed(feed.wait_for(len(stored)), stored)
+
+
 def test_feed_resumes_from_a_stored_position_in_a_new_store(db_url: str) -> None:
     with make_store(db_url) as first:
         first.append("a", [_send(0), _send(1)])

@@ -16,10 +16,12 @@ from typing import Any
 
 from eventstore import AsyncEventStore
 
-__all__ = ["BlockingAsyncStore", "make_async_store", "ITERATORS"]
+__all__ = ["BlockingAsyncStore", "BlockingTurn", "make_async_store", "ITERATORS", "CONTEXTS"]
 
 #: The methods that return an async iterator (a list here).
 ITERATORS = ("history", "replay")
+#: The methods that return an async context manager (a :class:`BlockingTurn` here).
+CONTEXTS = ("turn",)
 
 
 async def _collect(it: AsyncIterator[Any]) -> list[Any]:
@@ -39,6 +41,8 @@ class BlockingAsyncStore:
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._async, name)
+        if name in CONTEXTS:
+            return lambda *a, **k: BlockingTurn(self._loop, attr(*a, **k))
         if name in ITERATORS:
             return lambda *a, **k: iter(self._loop.run_until_complete(_collect(attr(*a, **k))))
         if inspect.iscoroutinefunction(attr):
@@ -63,6 +67,36 @@ class BlockingAsyncStore:
 
     def __iter__(self) -> Iterator[Any]:  # pragma: no cover - guards against misuse
         raise TypeError("not iterable")
+
+
+class BlockingTurn:
+    """An AsyncStreamingTurn with the sync turn's call shapes (``with``, ``write``, ...).
+
+    The store's flusher task runs while a call runs the loop: a part that must be durable,
+    ``flush`` and leaving the block all run it until they are done.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, turn: Any) -> None:
+        self._loop = loop
+        self._turn = turn
+
+    def __enter__(self) -> BlockingTurn:
+        self._loop.run_until_complete(self._turn.__aenter__())
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._loop.run_until_complete(self._turn.__aexit__(exc_type, exc, tb))
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._turn, name)
+        if inspect.iscoroutinefunction(attr):
+            return lambda *a, **k: self._loop.run_until_complete(attr(*a, **k))
+        return attr
 
 
 def make_async_store(url: str, **options: Any) -> BlockingAsyncStore:

@@ -569,6 +569,42 @@ def verify(
         fail(f"verify found {len(report.problems)} problem(s); see above", kind="VerifyFailed")
 
 
+@app.command()
+@cli_errors
+def recover(
+    ctx: typer.Context,
+    session: str = typer.Argument(
+        ..., metavar=SESSION, help="The session whose streaming turn may have died."
+    ),
+    stale_after: float = typer.Option(
+        30.0,
+        "--stale-after",
+        help="Seconds without a write (or lease renewal) after which the writer counts as dead.",
+    ),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Close a streaming turn whose writer died, and print the continuation seed.
+
+    When the session is still streaming and no turn in any process has written to it for
+    --stale-after seconds, appends an interruption error part (every open tool call is
+    cancelled) and prints the messages a continuation sends the model. A live writer is
+    never interrupted: then nothing is written.
+    """
+    with open_store(ctx) as store:
+        r = store.recover(session, stale_after=stale_after)
+    if as_json:
+        print_json(None if r is None else r.to_json())
+    elif r is None:
+        typer.echo(
+            f"nothing to recover in {safe(session)}: it is not streaming, or its writer is alive"
+        )
+    else:
+        typer.echo(
+            f"recovered {safe(session)}: interrupted at version {r.version}; "
+            f"{len(r.messages)} message(s) to continue from"
+        )
+
+
 @app.command("export")
 @cli_errors
 def export_cmd(

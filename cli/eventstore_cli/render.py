@@ -165,6 +165,7 @@ def sessions_table(infos: Sequence[Any]) -> Table:
     t.add_column("parent")
     t.add_column("fork", justify="right")
     t.add_column("baseline", justify="right")
+    t.add_column("state")
     for s in infos:
         t.add_row(
             Text(safe(s.id)),
@@ -172,8 +173,20 @@ def sessions_table(infos: Sequence[Any]) -> Table:
             Text(safe(s.parent or "")),
             "" if s.fork_version is None else str(s.fork_version),
             str(s.baseline or 0),
+            Text(safe(session_state(s))),
         )
     return t
+
+
+def session_state(info: Any) -> str:
+    """closed (with the reason), interrupted, or streaming (a turn holds the session)."""
+    if info.closed_at is not None:
+        return f"closed: {info.closed_reason}" if info.closed_reason else "closed"
+    if info.interrupted:
+        return "interrupted"
+    if info.writer_seen is not None:
+        return "streaming"
+    return ""
 
 
 def branch_tree(infos: Sequence[Any]) -> Tree | None:

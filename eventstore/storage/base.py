@@ -20,7 +20,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from ..errors import StorageError
@@ -44,6 +44,8 @@ __all__ = [
     "FeedBarrier",
     "ChangeWatcher",
     "AsyncChangeWatcher",
+    "SessionControl",
+    "TurnBatch",
 ]
 
 #: The hash a root session's first event chains from.
@@ -358,6 +360,69 @@ class AsyncChangeWatcher(ABC):
         """Stop watching and release the connection."""
 
 
+@dataclass(frozen=True, slots=True)
+class SessionControl:
+    """Who may write a session's stream, and whether it is closed (from ``sessions``).
+
+    Attributes:
+        pk: the session's surrogate key.
+        head: its newest version.
+        head_hash: the chain hash at ``head``.
+        writer: the token of the streaming turn that holds the session's lease, or ``None``.
+        writer_seen: when that turn last flushed or renewed its lease (microseconds since
+            the Unix epoch), or ``None``.
+        closed_at: when the session was closed to writes (microseconds), or ``None``.
+        closed_reason: why it was closed, or ``None``.
+        head_type: the action type of the event at ``head`` when it is the session's own
+            (``None`` for a branch still at its fork point, or when not read).
+        head_payload: that event's payload bytes (``None`` likewise).
+        head_recorded_at: that event's ``recorded_at`` (``None`` likewise).
+    """
+
+    pk: int
+    head: int
+    head_hash: bytes
+    writer: str | None
+    writer_seen: int | None
+    closed_at: int | None
+    closed_reason: str | None
+    head_type: str | None = None
+    head_payload: bytes | None = None
+    head_recorded_at: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TurnBatch:
+    """What one streaming turn writes in a group commit (:meth:`Storage.append_batches`).
+
+    Attributes:
+        session_pk: the session.
+        old_head: the head the turn last saw; the batch is written only if it still is.
+        old_hash: the chain hash at ``old_head``.
+        writer: the turn's lease token; the batch is written only if it still holds it.
+        seen_at: the new ``writer_seen`` (microseconds).
+        rows: the events (may be empty: then the batch only renews the lease and checks
+            that nothing else was appended).
+        head_turn: the turn number after the last row.
+        snapshots: the snapshot rows the batch reaches.
+        blobs: the message blobs they add.
+        release: give the lease up (``writer`` becomes ``NULL``) with this batch.
+        claim: take the lease (the batch opens a turn): written only if no turn holds it.
+    """
+
+    session_pk: int
+    old_head: int
+    old_hash: bytes
+    writer: str
+    seen_at: int
+    rows: Sequence[EventRow]
+    head_turn: int
+    snapshots: Sequence[SnapshotRow] = ()
+    blobs: Mapping[bytes, bytes] = field(default_factory=dict)
+    release: bool = False
+    claim: bool = False
+
+
 class EventIdRace(StorageError):
     """Another transaction recorded one of the batch's event ids first.
 
@@ -501,6 +566,55 @@ class Storage(ABC):
     @abstractmethod
     def max_child_fork(self, tx: Tx, pk: int) -> int | None:
         """The highest fork version of any branch made from this session, or ``None``."""
+
+    # -- streaming turns: writer leases, closed sessions, group commit ------------------
+
+    @abstractmethod
+    def get_control(self, tx: Tx, pk: int, *, with_head_event: bool = False) -> SessionControl:
+        """The lease and closed columns of a session (it must exist).
+
+        ``with_head_event``: also read the type, payload and time of the event at the head
+        when it is the session's own.
+        """
+
+    @abstractmethod
+    def list_controls(self, tx: Tx) -> dict[int, SessionControl]:
+        """:meth:`get_control` with the head event, for every session, by ``pk``."""
+
+    @abstractmethod
+    def set_writer(
+        self, tx: Tx, pk: int, writer: str | None, seen_at: int | None, *, only_if: str | None = None
+    ) -> bool:
+        """Set (or, with ``None``, clear) a session's writer lease.
+
+        Args:
+            only_if: change it only while this token holds the lease.
+
+        Returns:
+            Whether the row changed.
+        """
+
+    @abstractmethod
+    def close_session(self, tx: Tx, pk: int, closed_at: int, reason: str | None) -> None:
+        """Mark a session closed to writes (the caller holds its lock)."""
+
+    @abstractmethod
+    def append_batches(self, batches: Sequence[TurnBatch]) -> list[bool]:
+        """Write several sessions' batches in ONE transaction of its own (group commit).
+
+        Each batch moves its session's head only if the head is still ``(old_head,
+        old_hash)``, the turn still holds the lease and the session is not closed; then its
+        rows and snapshots are inserted. A batch that fails its check writes nothing; the
+        others are written all the same.
+
+        Returns:
+            For each batch, whether it was written.
+
+        Raises:
+            EventIdRace: an event id is already recorded (nothing was written).
+            StorageError: the database failed (nothing was written, or — for a lost
+                connection at commit — maybe everything: the caller's retry finds out).
+        """
 
     # -- events -------------------------------------------------------------------------
 

@@ -40,7 +40,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.util import await_
 
 from ..errors import SchemaError, StorageError
-from .base import DIGEST_SIZE, EventRow, FeedBarrier, LoadParts, SnapshotRow, Tx
+from .base import DIGEST_SIZE, EventRow, FeedBarrier, LoadParts, SnapshotRow, TurnBatch, Tx
 from .schema import events
 from .sql import Compiled, ErrorKind, SqlStorage, session_row
 from .watch import AsyncProbe, Probe
@@ -246,7 +246,7 @@ def _partition_setting(value: str | None) -> int:
 _APPEND_FAST = """
 WITH moved AS (
     UPDATE sessions SET head = %(head)s, head_hash = %(hash)b, head_turn = %(turn)s
-    WHERE pk = %(pk)s AND head = %(old_head)s AND head_hash = %(old_hash)b
+    WHERE pk = %(pk)s AND head = %(old_head)s AND head_hash = %(old_hash)b AND closed_at IS NULL
     RETURNING pk
 ), ins AS (
     INSERT INTO events
@@ -294,6 +294,7 @@ _APPEND_ONE = """
 WITH moved AS (
     UPDATE sessions SET head = %(head)s::int, head_hash = %(hash)b, head_turn = %(turn)s::int
     WHERE pk = %(pk)s::int AND head = %(old_head)s::int AND head_hash = %(old_hash)b
+          AND closed_at IS NULL
     RETURNING pk
 )
 INSERT INTO events
@@ -303,6 +304,61 @@ SELECT moved.pk, %(head)s::int, %(event_id)s::text, %(type)s::text, %(turn)s::in
        greatest({FEED_XACT}, (SELECT p.xact FROM events p
                                WHERE p.session_pk = moved.pk AND p.version = %(old_head)s::int))
 FROM moved
+""".replace("{FEED_XACT}", FEED_XACT)
+
+# A group commit of streaming turns in one statement, one round trip, its own transaction:
+# move each session's head only if it is still what its turn saw, the turn still holds the
+# lease and the session is open (renewing or giving up the lease), then insert the events
+# and snapshots of the sessions that moved. Returns the pks that moved.
+_APPEND_BATCHES = """
+WITH b AS (
+    SELECT * FROM unnest(%(pks)b::int[], %(old_heads)b::int[], %(old_hashes)b::bytea[],
+                         %(writers)b::text[], %(heads)b::int[], %(hashes)b::bytea[],
+                         %(turns)b::int[], %(releases)b::bool[], %(claims)b::bool[])
+        AS b(pk, old_head, old_hash, writer, head, hash, turn, release, claim)
+), moved AS (
+    UPDATE sessions s SET head = b.head, head_hash = b.hash, head_turn = b.turn,
+        writer = CASE WHEN b.release THEN NULL ELSE b.writer END,
+        writer_seen = CASE WHEN b.release THEN NULL ELSE %(seen)s::bigint END
+    FROM b
+    WHERE s.pk = b.pk AND s.head = b.old_head AND s.head_hash = b.old_hash
+      AND (CASE WHEN b.claim THEN s.writer IS NULL ELSE s.writer = b.writer END)
+      AND s.closed_at IS NULL
+    RETURNING s.pk
+), ins AS (
+    INSERT INTO events
+        (session_pk, version, event_id, type, turn, payload, recorded_at, actor, metadata, hash,
+         xact)
+    SELECT u.pk, u.version, u.event_id, u.type, u.turn, u.payload, u.recorded_at, u.actor,
+           u.metadata, u.hash,
+           greatest({FEED_XACT}, (SELECT p.xact FROM events p
+                                   WHERE p.session_pk = u.pk AND p.version = b.old_head))
+    FROM unnest(%(e_pks)b::int[], %(e_versions)b::int[], %(e_ids)b::text[], %(e_types)b::text[],
+                %(e_turns)b::int[], %(e_payloads)b::bytea[], %(e_times)b::bigint[],
+                %(e_actors)b::text[], %(e_metas)b::bytea[], %(e_hashes)b::bytea[])
+         AS u(pk, version, event_id, type, turn, payload, recorded_at, actor, metadata, hash)
+    JOIN b ON b.pk = u.pk
+    WHERE u.pk IN (SELECT pk FROM moved)
+), blobs AS (
+    INSERT INTO snapshot_blobs (digest, body)
+    SELECT n.digest, n.body
+    FROM unnest(%(b_pks)b::int[], %(b_digests)b::bytea[], %(b_bodies)b::bytea[])
+         AS n(pk, digest, body)
+    WHERE n.pk IN (SELECT pk FROM moved)
+    ON CONFLICT DO NOTHING
+), snaps AS (
+    INSERT INTO snapshots (session_pk, version, reducer_version, rest, message_digests)
+    SELECT n.pk, n.version, n.reducer_version, n.rest, n.message_digests
+    FROM unnest(%(s_pks)b::int[], %(s_versions)b::int[], %(s_reducers)b::int[],
+                %(s_rests)b::bytea[], %(s_digests)b::bytea[])
+         AS n(pk, version, reducer_version, rest, message_digests)
+    WHERE n.pk IN (SELECT pk FROM moved)
+    ON CONFLICT (session_pk, version) DO UPDATE SET
+        reducer_version = excluded.reducer_version,
+        rest = excluded.rest,
+        message_digests = excluded.message_digests
+)
+SELECT coalesce(array_agg(pk), '{}') FROM moved
 """.replace("{FEED_XACT}", FEED_XACT)
 
 _RETRYABLE = (
@@ -716,6 +772,49 @@ class PostgresStorage(SqlStorage):
         }
         sql = _APPEND_FAST if snapshots or blobs else _APPEND_FAST_NO_SNAPSHOT
         return self._run_hot(sql, params, binary=True) == len(rows)
+
+    def append_batches(self, batches: Sequence[TurnBatch]) -> list[bool]:
+        if not batches:
+            return []
+        events = [r for b in batches for r in b.rows]
+        blobs = [(b.session_pk, d, body) for b in batches for d, body in b.blobs.items()]
+        snaps = [n for b in batches for n in b.snapshots]
+        params = {
+            "pks": [b.session_pk for b in batches],
+            "old_heads": [b.old_head for b in batches],
+            "old_hashes": [b.old_hash for b in batches],
+            "writers": [b.writer for b in batches],
+            "heads": [b.rows[-1].version if b.rows else b.old_head for b in batches],
+            "hashes": [b.rows[-1].hash if b.rows else b.old_hash for b in batches],
+            "turns": [b.head_turn for b in batches],
+            "releases": [b.release for b in batches],
+            "claims": [b.claim for b in batches],
+            "seen": max(b.seen_at for b in batches),
+            "e_pks": [r.session_pk for r in events],
+            "e_versions": [r.version for r in events],
+            "e_ids": [r.event_id for r in events],
+            "e_types": [r.type for r in events],
+            "e_turns": [r.turn for r in events],
+            "e_payloads": [r.payload for r in events],
+            "e_times": [r.recorded_at for r in events],
+            "e_actors": [r.actor for r in events],
+            "e_metas": [r.metadata for r in events],
+            "e_hashes": [r.hash for r in events],
+            "b_pks": [pk for pk, _, _ in blobs],
+            "b_digests": [d for _, d, _ in blobs],
+            "b_bodies": [body for _, _, body in blobs],
+            "s_pks": [n.session_pk for n in snaps],
+            "s_versions": [n.version for n in snaps],
+            "s_reducers": [n.reducer_version for n in snaps],
+            "s_rests": [n.rest for n in snaps],
+            "s_digests": [n.message_digests for n in snaps],
+        }
+        with self._errors(), self._autocommit(hot=True) as cur:
+            # Prepared: planning this statement costs about as much as running it.
+            cur.execute(_APPEND_BATCHES, params, binary=True, prepare=self._prepare_load or None)
+            (moved,) = cur.fetchone()
+        done = set(moved)
+        return [b.session_pk in done for b in batches]
 
     def _append_one(
         self, session_pk: int, old_head: int, old_hash: bytes, row: EventRow, head_turn: int

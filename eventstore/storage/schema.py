@@ -7,7 +7,8 @@ dialect-specific DDL: the immutability triggers live in the revisions and in
 
 Tables::
 
-    sessions            one row per session (root or branch); the append lock and head cache
+    sessions            one row per session (root or branch); the append lock and head cache,
+                        the streaming turn's writer lease, closed sessions
     events              the immutable log, PK (session_pk, version)
     snapshot_blobs      a chunk of encoded top-level messages per row, keyed by its digest (shared)
     snapshots           a state every ``snapshot_every`` versions: status/error + message digests
@@ -80,6 +81,13 @@ sessions = Table(
     Column("baseline_hash", LargeBinary, nullable=True),
     Column("baseline_turn", Integer, nullable=False, server_default=text("0")),
     Column("created_at", BigInteger, nullable=False),
+    # Streaming turns: the token of the turn that owns the session's stream and when it
+    # last flushed or renewed (microseconds), so that crash recovery can tell a dead
+    # writer from a live one; and whether (and why) the session was closed to writes.
+    Column("writer", Text, nullable=True),
+    Column("writer_seen", BigInteger, nullable=True),
+    Column("closed_at", BigInteger, nullable=True),
+    Column("closed_reason", Text, nullable=True),
 )
 
 events = Table(

@@ -24,6 +24,7 @@ from sqlalchemy import (
     insert,
     inspect,
     literal,
+    null,
     or_,
     select,
     tuple_,
@@ -47,10 +48,12 @@ from .base import (
     LoadParts,
     NewSession,
     Segment,
+    SessionControl,
     SessionRow,
     SnapshotRow,
     Storage,
     TombstoneRow,
+    TurnBatch,
     Tx,
 )
 from .watch import AsyncProbe, Probe, TaskWatcher, ThreadWatcher
@@ -59,7 +62,6 @@ from .schema import (
     compaction_permits,
     compactions,
     events,
-    feed_clock,
     sessions,
     snapshot_blobs,
     snapshots,
@@ -133,6 +135,7 @@ S_MOVE_HEAD = (
         sessions.c.pk == _P("p_pk"),
         sessions.c.head == _P("p_old_head"),
         sessions.c.head_hash == _P("p_old_hash"),
+        sessions.c.closed_at.is_(None),
     )
     .values(head=_P("p_head"), head_hash=_P("p_hash"), head_turn=_P("p_turn"))
 )
@@ -164,6 +167,58 @@ def read_feed_stmt(bound: Any) -> Any:
         .join_from(e, sessions, sessions.c.pk == e.c.session_pk)
         .order_by(e.c.xact, e.c.session_pk, e.c.version)
     )
+
+
+# A streaming turn's group-commit step for one session: the same checked head move, also
+# checking that the turn still holds the session's lease and renewing it.
+_TURN_MOVE = update(sessions).where(
+    sessions.c.pk == _P("p_pk"),
+    sessions.c.head == _P("p_old_head"),
+    sessions.c.head_hash == _P("p_old_hash"),
+    sessions.c.writer == _P("p_writer"),
+    sessions.c.closed_at.is_(None),
+)
+S_TURN_MOVE = _TURN_MOVE.values(
+    head=_P("p_head"), head_hash=_P("p_hash"), head_turn=_P("p_turn"), writer_seen=_P("p_seen")
+)
+S_TURN_CLAIM = (
+    update(sessions)
+    .where(
+        sessions.c.pk == _P("p_pk"),
+        sessions.c.head == _P("p_old_head"),
+        sessions.c.head_hash == _P("p_old_hash"),
+        sessions.c.writer.is_(None),
+        sessions.c.closed_at.is_(None),
+    )
+    .values(
+        head=_P("p_head"),
+        head_hash=_P("p_hash"),
+        head_turn=_P("p_turn"),
+        writer=_P("p_writer"),
+        writer_seen=_P("p_seen"),
+    )
+)
+S_TURN_MOVE_RELEASE = _TURN_MOVE.values(
+    head=_P("p_head"), head_hash=_P("p_hash"), head_turn=_P("p_turn"), writer=null(), writer_seen=null()
+)
+_CONTROL_COLS = (
+    sessions.c.pk,
+    sessions.c.head,
+    sessions.c.head_hash,
+    sessions.c.writer,
+    sessions.c.writer_seen,
+    sessions.c.closed_at,
+    sessions.c.closed_reason,
+)
+_WITH_HEAD_EVENT = select(
+    *_CONTROL_COLS, events.c.type, events.c.payload, events.c.recorded_at
+).select_from(
+    sessions.outerjoin(
+        events, and_(events.c.session_pk == sessions.c.pk, events.c.version == sessions.c.head)
+    )
+)
+S_CONTROL = select(*_CONTROL_COLS).where(sessions.c.pk == _P("pk"))
+S_CONTROL_HEAD = _WITH_HEAD_EVENT.where(sessions.c.pk == _P("pk"))
 S_READ_PAYLOADS = (
     select(events.c.payload)
     .where(
@@ -252,6 +307,12 @@ def _event(r: Any) -> EventRow:
     )
 
 
+def _control(r: Any) -> SessionControl:
+    # Positional: _CONTROL_COLS, then (with the head event) its type, payload, recorded_at.
+    extra = (r[7], None if r[8] is None else bytes(r[8]), r[9]) if len(r) > 7 else (None, None, None)
+    return SessionControl(r[0], r[1], bytes(r[2]), r[3], r[4], r[5], r[6], *extra)
+
+
 def _snapshot(r: Any) -> SnapshotRow:
     return SnapshotRow(
         session_pk=r[0],
@@ -283,6 +344,11 @@ class SqlStorage(Storage):
         self._watcher: ChangeWatcher | None = None
         self._async_watcher: AsyncChangeWatcher | None = None
         self._watcher_lock = threading.Lock()
+        self._q_turn_move = Compiled(S_TURN_MOVE, d)
+        self._q_turn_release = Compiled(S_TURN_MOVE_RELEASE, d)
+        self._q_turn_claim = Compiled(S_TURN_CLAIM, d)
+        self._q_control = Compiled(S_CONTROL, d)
+        self._q_control_head = Compiled(S_CONTROL_HEAD, d)
         self._q_read_payloads = Compiled(S_READ_PAYLOADS, d)
         self._q_read_asc = Compiled(S_READ_EVENTS_ASC, d)
         self._q_read_desc = Compiled(S_READ_EVENTS_DESC, d)
@@ -583,6 +649,69 @@ class SqlStorage(Storage):
             select(func.max(sessions.c.fork_version)).where(sessions.c.parent_pk == pk)
         ).scalar()
         return None if v is None else int(v)
+
+    # -- streaming turns ------------------------------------------------------------------
+
+    def get_control(self, tx: Tx, pk: int, *, with_head_event: bool = False) -> SessionControl:
+        q = self._q_control_head if with_head_event else self._q_control
+        r = self._fetchone(tx, q, {"pk": pk})
+        if r is None:
+            raise StorageError(f"session row {pk} vanished; run `eventstore verify`")
+        return _control(r)
+
+    def list_controls(self, tx: Tx) -> dict[int, SessionControl]:
+        rows = tx.execute(_WITH_HEAD_EVENT).all()
+        return {r[0]: _control(r) for r in rows}
+
+    def set_writer(
+        self, tx: Tx, pk: int, writer: str | None, seen_at: int | None, *, only_if: str | None = None
+    ) -> bool:
+        stmt = update(sessions).where(sessions.c.pk == pk)
+        if only_if is not None:
+            stmt = stmt.where(sessions.c.writer == only_if)
+        return bool(tx.execute(stmt.values(writer=writer, writer_seen=seen_at)).rowcount == 1)
+
+    def close_session(self, tx: Tx, pk: int, closed_at: int, reason: str | None) -> None:
+        tx.execute(
+            update(sessions).where(sessions.c.pk == pk).values(closed_at=closed_at, closed_reason=reason)
+        )
+
+    def append_batches(self, batches: Sequence[TurnBatch]) -> list[bool]:
+        written: list[bool] = []
+        with self.write() as tx:
+            rows: list[EventRow] = []
+            snaps: list[tuple[SnapshotRow, Mapping[bytes, bytes]]] = []
+            for b in batches:
+                last = b.rows[-1] if b.rows else None
+                cur = self._run(
+                    tx,
+                    self._q_turn_claim
+                    if b.claim
+                    else self._q_turn_release
+                    if b.release
+                    else self._q_turn_move,
+                    {
+                        "p_pk": b.session_pk,
+                        "p_old_head": b.old_head,
+                        "p_old_hash": b.old_hash,
+                        "p_writer": b.writer,
+                        "p_head": b.old_head if last is None else last.version,
+                        "p_hash": b.old_hash if last is None else last.hash,
+                        "p_turn": b.head_turn,
+                        "p_seen": b.seen_at,
+                    },
+                )
+                moved = bool(cur.rowcount == 1)
+                cur.close()
+                written.append(moved)
+                if moved:
+                    rows.extend(b.rows)
+                    snaps.extend((n, b.blobs if i == 0 else {}) for i, n in enumerate(b.snapshots))
+            if rows:
+                self.insert_events(tx, rows)
+            for snap, blobs in snaps:
+                self.put_snapshot(tx, snap, blobs)
+        return written
 
     # -- events -------------------------------------------------------------------------
 

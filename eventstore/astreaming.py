@@ -1,0 +1,242 @@
+"""Streaming turns for asyncio: the twin of :mod:`eventstore.streaming`.
+
+The same :class:`~eventstore.turnplan.TurnState` decisions and the same I/O functions
+(:func:`~eventstore.streaming.open_turn`, :func:`~eventstore.streaming.flush_turns`,
+:func:`~eventstore.streaming.release_lease`, run in a greenlet by :func:`eventstore.aio.run`
+so that each round trip awaits on the loop); only the waiting differs: one
+:class:`asyncio.Condition` instead of threading conditions, and the flusher is a task of
+the loop instead of a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any
+
+from .aio import run
+from .codec import encode_action
+from .engine import Engine
+from .errors import EventStoreError, InvalidEvent, StorageError
+from .streaming import flush_turns, open_turn, release_lease
+from .turnplan import INTERRUPTION, MAX_PENDING, Pending, TurnState, turn_action
+
+__all__ = ["AsyncStreamingTurn", "AsyncTurnWriter"]
+
+
+class AsyncTurnWriter:
+    """The group committer of one async store: open turns and the flusher task."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        # flush_turns records outcomes under this lock; on the loop's one thread it is
+        # never contended (its blocks hold no await).
+        self._lock = threading.Lock()
+        self._cond: asyncio.Condition | None = None
+        self._turns: list[TurnState] = []
+        self._attempts: dict[str, int] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+
+    def _condition(self) -> asyncio.Condition:
+        if self._cond is None:
+            self._cond = asyncio.Condition()
+        return self._cond
+
+    async def open(
+        self, session: Any, send_action: Any, *, actor: Any, max_delay: Any
+    ) -> TurnState:
+        """Twin of :meth:`eventstore.streaming.TurnWriter.open`."""
+        state = await run(
+            open_turn, self.engine, session, send_action, actor=actor, max_delay=max_delay
+        )
+        if self._closing:
+            raise StorageError("the store is closed")
+        self._turns.append(state)
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        return state
+
+    async def add(
+        self, state: TurnState, action: dict[str, Any], *, release: bool = False
+    ) -> Pending:
+        """Twin of :meth:`eventstore.streaming.TurnWriter.add`."""
+        encoded = encode_action(action)
+        self.engine.validate.size(encoded[1], "the part")
+        cond = self._condition()
+        async with cond:
+            while not state.over and state.buffered >= MAX_PENDING:
+                await cond.wait()
+            self._raise_if_over(state)
+            first = not state.pending
+            p = state.add(action, encoded[0], encoded[1], time.monotonic())
+            state.release = state.release or release
+            if p.urgent or release or first:
+                cond.notify_all()
+            if p.urgent or release:
+                await self._wait(state, p.seq)
+        return p
+
+    async def flush(self, state: TurnState) -> int:
+        """Twin of :meth:`eventstore.streaming.TurnWriter.flush`."""
+        cond = self._condition()
+        async with cond:
+            if state.pending:
+                state.wanted = state.last_seq
+                cond.notify_all()
+            await self._wait(state, state.last_seq)
+            if not state.own_stop:
+                self._raise_if_over(state, finished_ok=True)
+            return state.row.head
+
+    async def finish(self, state: TurnState, *, interrupted: bool) -> None:
+        """Twin of :meth:`eventstore.streaming.TurnWriter.finish`."""
+        cond = self._condition()
+        try:
+            if not state.over:
+                try:
+                    if interrupted:
+                        await self.add(state, dict(INTERRUPTION), release=True)
+                    else:
+                        async with cond:
+                            state.release = True
+                            cond.notify_all()
+                            await self._wait(state, state.last_seq, until_finished=True)
+                except EventStoreError:
+                    if not interrupted:
+                        raise
+            if not state.finished:
+                await run(release_lease, self.engine, state)
+        finally:
+            if state in self._turns:
+                self._turns.remove(state)
+
+    async def _wait(self, state: TurnState, seq: int, *, until_finished: bool = False) -> None:
+        cond = self._condition()
+        while not state.over and (state.durable < seq or (until_finished and not state.finished)):
+            await cond.wait()
+        if state.durable < seq:
+            self._raise_if_over(state)
+
+    @staticmethod
+    def _raise_if_over(state: TurnState, *, finished_ok: bool = False) -> None:
+        problem = state.problem(finished_ok=finished_ok)
+        if problem is not None:
+            raise problem
+
+    async def _run(self) -> None:
+        cond = self._condition()
+        while True:
+            async with cond:
+                while True:
+                    now = time.monotonic()
+                    due = [
+                        t
+                        for t in self._turns
+                        if t.due(now) or (self._closing and t.joins_flush(now))
+                    ]
+                    if due or self._closing:
+                        break
+                    wake = min((t.wake_at(now) for t in self._turns), default=now + 1.0)
+                    try:
+                        await asyncio.wait_for(cond.wait(), max(wake - now, 0.0005))
+                    except asyncio.TimeoutError:
+                        pass
+                if not due and self._closing:
+                    return
+                due += [t for t in self._turns if t not in due and t.joins_flush(now)]
+                work = [(t, t.take(), t.release) for t in sorted(due, key=lambda t: t.row.pk)]
+            try:
+                await run(flush_turns, self.engine, self._lock, work, self._attempts)
+            except Exception as exc:  # noqa: BLE001 - never leave a writer waiting forever
+                err = (
+                    exc
+                    if isinstance(exc, EventStoreError)
+                    else StorageError(f"turn flush failed: {exc!r}")
+                )
+                for t, _, _ in work:
+                    t.failed(err)
+            async with cond:
+                cond.notify_all()
+
+    async def close(self) -> None:
+        """Stop the flusher once every open turn's buffer is written."""
+        self._closing = True
+        if self._task is not None:
+            cond = self._condition()
+            async with cond:
+                cond.notify_all()
+            await self._task
+
+
+class AsyncStreamingTurn:
+    """Twin of :class:`eventstore.StreamingTurn`: ``async with astore.turn(...) as turn``,
+    ``await turn.write(part)``, ``await turn.flush()``, ``await turn.stop()``."""
+
+    def __init__(
+        self, writer: AsyncTurnWriter, session: Any, send_action: Any, *, actor: Any, max_delay: Any
+    ) -> None:
+        self._writer = writer
+        self._args = (session, send_action, actor, max_delay)
+        self._state: TurnState | None = None
+
+    async def __aenter__(self) -> AsyncStreamingTurn:
+        session, send_action, actor, max_delay = self._args
+        if self._state is not None:
+            raise InvalidEvent("a turn can be entered only once")
+        self._state = await self._writer.open(
+            session, send_action, actor=actor, max_delay=max_delay
+        )
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._writer.finish(self._open(), interrupted=exc_type is not None)
+
+    def _open(self) -> TurnState:
+        if self._state is None:
+            raise InvalidEvent(
+                "the turn is not open: use it as `async with astore.turn(...) as turn:`"
+            )
+        return self._state
+
+    @property
+    def session(self) -> str:
+        """The session id."""
+        return self._open().session
+
+    @property
+    def version(self) -> int:
+        """The newest head version this turn knows to be durable."""
+        return self._open().row.head
+
+    @property
+    def stopped(self) -> bool:
+        """Whether a stop, crash recovery or a close ended the turn."""
+        return self._open().stopped
+
+    @property
+    def dropped(self) -> int:
+        """How many written parts were dropped because the turn stopped first."""
+        return self._open().dropped
+
+    async def write(self, part: Mapping[str, Any] | Any) -> None:
+        """Twin of :meth:`eventstore.StreamingTurn.write`."""
+        await self._writer.add(self._open(), turn_action(part))
+
+    async def flush(self) -> int:
+        """Twin of :meth:`eventstore.StreamingTurn.flush`."""
+        return await self._writer.flush(self._open())
+
+    async def stop(self) -> int:
+        """Twin of :meth:`eventstore.StreamingTurn.stop`."""
+        state = self._open()
+        await self._writer.add(state, {"type": "stop"})
+        return state.row.head
