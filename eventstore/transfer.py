@@ -586,8 +586,14 @@ class _Import:
         m, engine, tx = self.meta, self.engine, self.tx
         sid = m["id"]
         baseline = m["baseline"]
-        check_new_session_id(sid)
+        try:
+            check_new_session_id(sid)
+        except InvalidEvent as exc:
+            raise _bad(self.line, exc.reason, exc.field) from None
         fork = m.get("fork_version") if self.parent_pk else None
+        if baseline > (fork or 0):
+            # The digest check comes first (again at the end, with the kept events).
+            _baseline_record(m, self.line, ())
         new = engine.insert_new_session(
             tx,
             NewSession(
@@ -606,8 +612,6 @@ class _Import:
         if new is None:
             raise SessionExists(sid)
         if baseline > (fork or 0):
-            # Checked again with the kept events at the end; the digest check comes first.
-            _baseline_record(m, self.line, ())
             # The session's own baseline: its snapshot stands for the events that are gone.
             engine.put_snapshot(tx, new.pk, baseline, m["baseline_state"], self.new_blobs)
         return new
