@@ -615,9 +615,7 @@ def checkpoint_cmd(
 ) -> None:
     """Sign a checkpoint of every session's head, hash and baseline (one line of JSON).
     Store it where the database's owners cannot rewrite it; verify against it later."""
-    from eventstore.files import text_out
-
-    from .keys import read_key
+    from .keys import read_key, write_checkpoint
 
     pem = read_key(key, private=True)
     with open_store(ctx) as store:
@@ -625,8 +623,7 @@ def checkpoint_cmd(
     if output is None:
         sys.stdout.write(cp.to_json() + "\n")
         return
-    with text_out(output) as fh:
-        fh.write(cp.to_json() + "\n")
+    write_checkpoint(output, cp)
     typer.echo(f"checkpoint of {len(cp.sessions)} session(s) written to {safe(output)}", err=True)
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from eventstore import Checkpoint
 
-__all__ = ["write_keypair", "read_key", "read_checkpoint"]
+__all__ = ["write_keypair", "read_key", "read_checkpoint", "write_checkpoint"]
 
 #: Key and checkpoint files are small; anything larger is not one.
 _MAX_FILE = 1 << 20
@@ -65,8 +65,7 @@ def read_key(path: Path, *, private: bool) -> bytes:
     Raises:
         CheckpointError: missing, unreadable, or not such a key.
     """
-    from eventstore import CheckpointError
-    from eventstore.checkpoint import load_private_key, load_public_key
+    from eventstore import CheckpointError, load_private_key, load_public_key
 
     what = "private key" if private else "public key"
     pem = _read(path, what)
@@ -90,3 +89,18 @@ def read_checkpoint(path: Path) -> Checkpoint:
         return Checkpoint.from_json(data)
     except CheckpointError as exc:
         raise CheckpointError(f"{path} is not a checkpoint: {exc}") from None
+
+
+def write_checkpoint(path: Path, cp: Checkpoint) -> None:
+    """Write a checkpoint to ``PATH.part`` and rename it to ``path`` once complete, so a
+    crash never leaves half a checkpoint under the name."""
+    part = path.with_name(path.name + ".part")
+    try:
+        with open(part, "w", encoding="utf-8") as fh:
+            fh.write(cp.to_json() + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(part, path)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
