@@ -294,8 +294,8 @@ class AppendPlanner:
     - per session, the state at the head it last wrote, kept as a state plus the actions
       since, keyed by the chain hash so that another writer's append is never mistaken for
       ours;
-    - the digests of message blobs this process committed (kept for statistics only: a
-      snapshot always carries its blobs, see :meth:`snapshot`).
+    - the digests of message blobs this process committed (no longer consulted when a
+      snapshot is planned: a snapshot always carries its blobs, see :meth:`snapshot`).
 
     Thread safety: one planner is shared by every thread using a store. Every cache entry
     is *taken* (popped) under a lock and put back after the commit, so two threads never
