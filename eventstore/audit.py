@@ -90,11 +90,24 @@ def erase(engine: Engine, session: Any, *, reason: Any, actor: Any = None) -> li
     engine.validate.id(session, "session")
     why = _reason(reason)
     engine.validate.optional_id(actor, "actor")
+    return _erase(engine, session, why, actor, None)
+
+
+def _erase(engine: Engine, session: str, why: str, actor: str | None, cutoff: int | None) -> list[str]:
+    """Erase in one transaction; with ``cutoff``, only if the session and its branches
+    still had no event since (checked under their locks: an append that came in after the
+    retention scan keeps the session) — ``[]`` when not erased."""
     st = engine.storage
     with st.write() as tx:
         row = st.lock_session(tx, session)
         if row is None:
+            if cutoff is not None:
+                return []
             raise engine.missing(tx, session)
+        if cutoff is not None:
+            family = [row, *(st.lock_session(tx, r.id) or r for r in st.descendants(tx, row.pk))]
+            if any(_last_activity(engine, tx, r) >= cutoff for r in family):
+                return []
         done = st.erase_session(tx, row.pk, erased_at=now_micros(), actor=actor, reason=why)
         st.collect_blobs(tx, done.blob_candidates)
     # The cached heads and states of the erased sessions must not be reused.
@@ -130,7 +143,8 @@ def erase_older_than(
 
     A session goes with its branches, so it is erased only when it and every branch forked
     from it are that old; a branch that is old while its parent is not is erased on its
-    own.
+    own. The age is checked again under the sessions' locks, so one that received an event
+    since the scan is kept.
 
     Args:
         engine: the engine.
@@ -181,5 +195,5 @@ def erase_older_than(
         return out
     erased: list[str] = []
     for r in tops:
-        erased += erase(engine, r.id, reason=why, actor=actor)
+        erased += _erase(engine, r.id, why, actor, cutoff)
     return erased
