@@ -537,3 +537,22 @@ def test_cli_keygen_checkpoint_verify_and_erase(db_url: str, tmp_path: Any, raw_
     assert r.exit_code == 0 and "victim" not in r.stdout
     r = _cli("--db", db_url, "verify", "--json")
     assert json.loads(r.stdout)["notices"][0]["kind"] == "erased"
+
+
+def test_an_import_that_fails_late_writes_nothing(store: EventStore, other_url: str) -> None:
+    """Import writes as it reads (bounded memory); a problem on the last line still rolls
+    back every session and event written before it."""
+    store.append("s", chat_session(turns=3, seed=6))
+    store.branch("s", at=30, new_id="b")
+    store.append("b", chat_session(turns=2, seed=7))
+    out = io.StringIO()
+    store.export("b", out)
+    lines = out.getvalue().splitlines()
+    last = json.loads(lines[-1])
+    last["hash"] = "00" * 32
+    with make_store(other_url, snapshot_every=16) as target:
+        with pytest.raises(InvalidEvent, match="does not match its hash"):
+            target.import_(io.StringIO("\n".join([*lines[:-1], json.dumps(last)]) + "\n"))
+        assert target.sessions() == []
+        assert [r.status for r in target.import_(io.StringIO(out.getvalue()))] == ["created", "created"]
+        assert target.verify().ok and target.load("b").to_json() == store.load("b").to_json()
