@@ -20,7 +20,7 @@ are validated on construction. The wire format and the reducer's rules are descr
 
 from __future__ import annotations
 
-from eventstore.checkpoint import Checkpoint, generate_keypair
+from eventstore.checkpoint import Checkpoint, generate_keypair, load_private_key, load_public_key
 from eventstore.diff import SessionDiff
 from eventstore.errors import (
     CheckpointError,
@@ -114,6 +114,8 @@ __all__ = [
     # the audit trail
     "Checkpoint",
     "generate_keypair",
+    "load_private_key",
+    "load_public_key",
     # the pure core
     "session_reducer",
     "fold",

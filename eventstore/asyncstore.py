@@ -26,14 +26,16 @@ import functools
 import os
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
+from datetime import timedelta
 from typing import IO, Any
 
-from . import compaction, timetravel, transfer
+from . import audit, compaction, timetravel, transfer
 from . import report as reporting
 from . import verify as verifying
 from . import streaming
 from .aio import iterate, live, run
 from .astreaming import AsyncStreamingTurn, AsyncTurnWriter
+from .checkpoint import Checkpoint
 from .compaction import CompactResult
 from .diff import SessionDiff
 from .engine import DEFAULT_SNAPSHOT_EVERY, Engine
@@ -205,9 +207,10 @@ class AsyncEventStore:
         *,
         upto: int,
         archive: str | os.PathLike[str] | IO[str] | None = None,
+        actor: str | None = None,
     ) -> CompactResult:
         """Twin of :meth:`EventStore.compact <eventstore.EventStore.compact>`."""
-        return await run(compaction.compact, self._engine, session, upto=upto, archive=archive)
+        return await run(compaction.compact, self._engine, session, upto=upto, archive=archive, actor=actor)
 
     async def compact_all(
         self, *, keep_last_turns: int, progress: Callable[[int, int, str], None] | None = None
@@ -301,10 +304,40 @@ class AsyncEventStore:
         return await run(transfer.export, self._engine, session, out, progress=progress)
 
     async def verify(
-        self, session: str | None = None, *, progress: Callable[[int, int, str], None] | None = None
+        self,
+        session: str | None = None,
+        *,
+        checkpoint: Checkpoint | None = None,
+        public_key: bytes | None = None,
+        progress: Callable[[int, int, str], None] | None = None,
     ) -> VerifyReport:
         """Twin of :meth:`EventStore.verify <eventstore.EventStore.verify>`."""
-        return await run(verifying.verify, self._engine, session, progress=progress)
+        return await run(
+            verifying.verify, self._engine, session, checkpoint=checkpoint, public_key=public_key, progress=progress
+        )
+
+    # -- audit --------------------------------------------------------------------------
+
+    async def checkpoint(self, private_key: bytes, *, origin: str | None = None) -> Checkpoint:
+        """Twin of :meth:`EventStore.checkpoint <eventstore.EventStore.checkpoint>`."""
+        return await run(audit.checkpoint, self._engine, private_key, origin=origin)
+
+    async def erase(self, session: str, *, reason: str, actor: str | None = None) -> list[str]:
+        """Twin of :meth:`EventStore.erase <eventstore.EventStore.erase>`."""
+        return await run(audit.erase, self._engine, session, reason=reason, actor=actor)
+
+    async def erase_older_than(
+        self,
+        older_than: timedelta | str,
+        *,
+        reason: str,
+        actor: str | None = None,
+        dry_run: bool = False,
+    ) -> list[str]:
+        """Twin of :meth:`EventStore.erase_older_than <eventstore.EventStore.erase_older_than>`."""
+        return await run(
+            audit.erase_older_than, self._engine, older_than, reason=reason, actor=actor, dry_run=dry_run
+        )
 
     async def report(
         self,

@@ -25,6 +25,7 @@ from .errors import InvalidEvent
 __all__ = [
     "DIGEST_SIZE",
     "canonical",
+    "state_digest",
     "encode_action",
     "decode_payload",
     "encode_metadata",
@@ -55,6 +56,12 @@ def canonical(obj: Any) -> bytes:
         return orjson.dumps(obj, option=_SORT)
     except (orjson.JSONEncodeError, TypeError) as exc:
         raise InvalidEvent(f"not representable as JSON: {exc}") from None
+
+
+def state_digest(state: Mapping[str, Any]) -> bytes:
+    """SHA-256 of a state's canonical JSON: what a compaction record keeps of its baseline
+    state, independent of how the snapshot splits it into blobs."""
+    return hashlib.sha256(canonical(state)).digest()
 
 
 def encode_action(action_json: Mapping[str, Any]) -> tuple[str, bytes]:

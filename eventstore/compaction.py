@@ -71,6 +71,7 @@ def compact(
     *,
     upto: Any,
     archive: str | os.PathLike[str] | IO[str] | None = None,
+    actor: Any = None,
 ) -> CompactResult:
     """Fold events ``1..upto`` of a session into a baseline and delete them.
 
@@ -88,6 +89,7 @@ def compact(
         upto: the new baseline version (``baseline <= upto <= head``).
         archive: a path (written to ``PATH.part`` and renamed when complete) or a text
             file object to write the archive to.
+        actor: who compacts (kept in the compaction record).
 
     Returns:
         A :class:`CompactResult`.
@@ -100,12 +102,13 @@ def compact(
     """
     if engine.validate.version(upto, "upto") is None:
         raise InvalidEvent("upto must be an integer version, got None", field="upto")
+    engine.validate.optional_id(actor, "actor")
     check_version(engine.session_row(session), upto)
     archived, where = 0, None
     if archive is not None:
         archived = export(engine, session, archive)
         where = "<stream>" if hasattr(archive, "write") else str(os.fspath(archive))
-    rec = engine.compact_baseline(session, upto)
+    rec = engine.compact_baseline(session, upto, actor=actor)
     return CompactResult(
         session=session,
         baseline=rec.baseline,

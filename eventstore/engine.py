@@ -42,13 +42,14 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from .codec import decode_many, encode_action, encode_metadata
+from .codec import decode_many, encode_action, encode_metadata, state_digest
 from .errors import (
     CompactedError,
     ConcurrencyError,
     InvalidEvent,
     SchemaError,
     SessionClosed,
+    SessionErased,
     SessionExists,
     SessionNotFound,
     StorageError,
@@ -78,7 +79,7 @@ from .planning import (
 from .records import AppendResult, CompactionRecord, RecordedEvent, SessionInfo, to_datetime
 from .reducer import REDUCER_VERSION, fold_json
 from .storage import NewSession, Segment, SessionRow, SnapshotRow, Storage, open_storage
-from .storage.base import EventIdRace, EventRow, SessionControl, Tx
+from .storage.base import CompactionRow, EventIdRace, EventRow, SessionControl, Tx
 from .storage.migrate import HEAD_REVISION
 from .turnplan import session_info
 from .validate import MAX_VERSION, Limits, Validator
@@ -164,8 +165,27 @@ class Engine:
         self.validate.id(session, "session")
         row = self.storage.get_session(tx, session)
         if row is None:
-            raise SessionNotFound(session)
+            raise self.missing(tx, session)
         return row
+
+    def missing(self, tx: Tx, session: str) -> SessionNotFound | SessionErased:
+        """The error for a session id with no row: :class:`SessionErased` when a tombstone
+        says it was erased, else :class:`SessionNotFound`."""
+        mark = self.storage.get_tombstone(tx, session)
+        if mark is None:
+            return SessionNotFound(session)
+        return SessionErased(session, erased_at=mark.erased_at, actor=mark.actor, reason=mark.reason)
+
+    def insert_new_session(self, tx: Tx, new: NewSession) -> SessionRow | None:
+        """Insert a session row; ``None`` when the id is taken.
+
+        Raises:
+            SessionErased: the id belonged to an erased session (ids are never reused, so a
+                tombstone always names one session's history).
+        """
+        if self.storage.get_tombstone(tx, new.id) is not None:
+            raise self.missing(tx, new.id)
+        return self.storage.insert_session(tx, new)
 
     def session_row(self, session: Any) -> SessionRow:
         """:meth:`row` in a read transaction of its own."""
@@ -238,7 +258,8 @@ class Engine:
             parts = self.storage.load_parts(session, version, REDUCER_VERSION)
             if parts is not None:
                 if parts.row is None:
-                    raise SessionNotFound(session)
+                    with self.storage.read() as tx:
+                        raise self.missing(tx, session)
                 v = check_version(parts.row, version)
                 if parts.complete:
                     return state_from_parts(parts, v)
@@ -345,7 +366,7 @@ class Engine:
             if expected not in (None, 0):
                 raise ConcurrencyError(session, expected, 0)
             check_new_session_id(session)
-            row = st.insert_session(tx, NewSession(id=session, created_at=now_micros()))
+            row = self.insert_new_session(tx, NewSession(id=session, created_at=now_micros()))
             if row is None:  # created concurrently: wait for its lock
                 row = st.lock_session(tx, session)
                 assert row is not None
@@ -610,7 +631,7 @@ class Engine:
         with st.write() as tx:
             row = st.lock_session(tx, session)
             if row is None:
-                raise SessionNotFound(session)
+                raise self.missing(tx, session)
             fork = check_version(row, at)
             h, turn = self.hash_turn_at(tx, row, fork)
             new = NewSession(
@@ -626,7 +647,7 @@ class Engine:
                 baseline_hash=row.baseline_hash,
                 baseline_turn=row.baseline_turn,
             )
-            if st.insert_session(tx, new) is None:
+            if self.insert_new_session(tx, new) is None:
                 taken = st.get_session(tx, new_id)
                 if taken is not None:
                     self.check_open(tx, taken)
@@ -635,7 +656,7 @@ class Engine:
 
     # -- compaction primitive -----------------------------------------------------------
 
-    def compact_baseline(self, session: Any, upto: Any) -> CompactionRecord:
+    def compact_baseline(self, session: Any, upto: Any, *, actor: Any = None) -> CompactionRecord:
         """Make the state at ``upto`` the session's baseline and delete what it replaces.
 
         One transaction: the baseline snapshot is written first, then ``sessions.baseline``
@@ -643,6 +664,13 @@ class Engine:
         permit — except those a branch forked from this session still reads (at or below
         its fork version). Loading below ``upto`` then raises :class:`CompactedError`;
         every version at or above it loads exactly as before, and so does every branch.
+
+        The compaction record (:meth:`Storage.record_compaction
+        <eventstore.storage.base.Storage.record_compaction>`) is written in the same
+        transaction, before the delete: it binds the baseline to the chain (the hash at
+        ``upto``, the digest of the baseline state, the hashes of every version removed),
+        so ``verify`` can check the baseline snapshot and a checkpoint can still vouch for
+        the removed versions.
 
         Returns:
             A :class:`CompactionRecord` (a no-op when ``upto`` is the current baseline).
@@ -654,19 +682,22 @@ class Engine:
         self.validate.id(session, "session")
         if self.validate.version(upto, "upto") is None:
             raise InvalidEvent("upto must be an integer version, got None", field="upto")
+        self.validate.optional_id(actor, "actor")
         st = self.storage
         new_blobs: set[bytes] = set()
         with st.write() as tx:
             row = st.lock_session(tx, session)
             if row is None:
-                raise SessionNotFound(session)
+                raise self.missing(tx, session)
             v = check_version(row, upto)
             keep = st.max_child_fork(tx, row.pk)
             if v == row.baseline:
                 return CompactionRecord(session, v, row.baseline, 0, keep)
             # The snapshot first: it is what keeps the state after the delete.
-            self.put_snapshot(tx, row.pk, v, self.state_at(tx, row, v), new_blobs)
+            state = self.state_at(tx, row, v)
+            self.put_snapshot(tx, row.pk, v, state, new_blobs)
             h, turn = self.hash_turn_at(tx, row, v)
+            self.record_compaction(tx, row, v, h, turn, state_digest(state), actor)
             deleted = st.compact(
                 tx,
                 row.pk,
@@ -677,3 +708,31 @@ class Engine:
             )
         self.planner.committed(blobs=new_blobs)
         return CompactionRecord(session, v, row.baseline, deleted, keep)
+
+    def record_compaction(
+        self, tx: Tx, row: SessionRow, upto: int, h: bytes, turn: int, digest: bytes, actor: str | None
+    ) -> None:
+        """Write the compaction record of moving ``row``'s baseline to ``upto``.
+
+        A branch whose new baseline is at or below its fork point removes none of its own
+        events: its record keeps no hashes, only the baseline's hash, turn and state digest.
+        """
+        now = now_micros()
+        if upto > (row.fork_version or 0):
+            self.storage.record_compaction(tx, row.pk, upto=upto, state_digest=digest, compacted_at=now, actor=actor)
+            return
+        self.storage.insert_compaction(
+            tx,
+            CompactionRow(
+                session_pk=row.pk,
+                upto=upto,
+                previous_baseline=row.baseline,
+                baseline_hash=h,
+                baseline_turn=turn,
+                state_digest=digest,
+                first_version=upto + 1,
+                removed_hashes=b"",
+                compacted_at=now,
+                actor=actor,
+            ),
+        )

@@ -295,7 +295,8 @@ class AppendPlanner:
     - per session, the state at the head it last wrote, kept as a state plus the actions
       since, keyed by the chain hash so that another writer's append is never mistaken for
       ours;
-    - the digests of message blobs known to be committed (blobs are never deleted).
+    - the digests of message blobs this process committed (no longer consulted when a
+      snapshot is planned: a snapshot always carries its blobs, see :meth:`snapshot`).
 
     Thread safety: one planner is shared by every thread using a store. Every cache entry
     is *taken* (popped) under a lock and put back after the commit, so two threads never
@@ -362,11 +363,16 @@ class AppendPlanner:
         return AppendPlan(snaps, blobs, (state, pending))
 
     def snapshot(self, pk: int, version: int, state: Mapping[str, Any]) -> tuple[SnapshotRow, dict[bytes, bytes]]:
-        """A snapshot row of ``state`` and the blobs it needs that are not known to be stored."""
+        """A snapshot row of ``state`` and every blob it refers to.
+
+        Every blob is sent with its snapshot, even one this process wrote before (the
+        insert skips blobs already there): erasure collects blobs no snapshot uses, so a
+        blob once stored may be gone, and only the writing transaction can make sure it is
+        there. Collection locks snapshot writes out while it runs, so a snapshot and its
+        blobs are always committed together.
+        """
         rest, digests, blobs = self.codec.encode(state)
-        known = self._known_blobs
-        fresh = {d: body for d, body in blobs.items() if d not in known}
-        return SnapshotRow(pk, version, REDUCER_VERSION, rest, digests), fresh
+        return SnapshotRow(pk, version, REDUCER_VERSION, rest, digests), dict(blobs)
 
     def committed(
         self,

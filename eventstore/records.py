@@ -187,7 +187,15 @@ class Problem:
         version: the version where the problem is.
         kind: what is wrong, one of ``"missing-events"``, ``"hash-mismatch"``,
             ``"bad-payload"``, ``"snapshot-mismatch"``, ``"head-hash"``,
-            ``"beyond-head"``.
+            ``"beyond-head"``, ``"turn-mismatch"``, ``"head-turn"``, ``"below-baseline"``
+            (an event row below the baseline that no compaction recorded),
+            ``"baseline-mismatch"`` (the baseline snapshot or the session's baseline hash
+            is not what its compaction recorded), ``"unrecorded-baseline"`` (a baseline
+            with no compaction record: compacted before revision 0002, or written behind
+            the library's back), ``"unreadable"`` (the session could not be checked at
+            all); with a checkpoint also :class:`~eventstore.checkpoint.CheckpointProblem`
+            kinds (``"vanished"``, ``"rewritten"``, ``"head_moved_back"``, ...). As a
+            notice (not a problem): ``"erased"``.
         message: one readable line naming the session and the version.
     """
 
@@ -214,6 +222,10 @@ class VerifyReport:
         sessions: the sessions checked.
         events: how many events were checked.
         snapshots: how many snapshots were compared with the fold of their events.
+        notices: findings that are not failures: sessions erased through the API
+            (kind ``"erased"``, naming who, when and why).
+        checkpoint: the ``created_at`` (ISO 8601) of the checkpoint verified against, or
+            ``None``.
     """
 
     ok: bool
@@ -221,6 +233,8 @@ class VerifyReport:
     sessions: list[str] = field(default_factory=list)
     events: int = 0
     snapshots: int = 0
+    notices: list[Problem] = field(default_factory=list)
+    checkpoint: str | None = None
 
     def for_session(self, session: str) -> list[Problem]:
         """The problems found while checking ``session``."""
@@ -234,6 +248,8 @@ class VerifyReport:
             "sessions": list(self.sessions),
             "events": self.events,
             "snapshots": self.snapshots,
+            "notices": [p.to_json() for p in self.notices],
+            "checkpoint": self.checkpoint,
         }
 
 

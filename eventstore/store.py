@@ -25,11 +25,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
+from datetime import timedelta
 from typing import IO, Any
 
-from . import compaction, timetravel, transfer
+from . import audit, compaction, timetravel, transfer
 from . import report as reporting
 from . import verify as verifying
+from .checkpoint import Checkpoint
 from .compaction import CompactResult
 from .diff import SessionDiff
 from .engine import DEFAULT_SNAPSHOT_EVERY, Engine
@@ -311,9 +313,11 @@ class EventStore:
         *,
         upto: int,
         archive: str | os.PathLike[str] | IO[str] | None = None,
+        actor: str | None = None,
     ) -> CompactResult:
-        """Fold events ``1..upto`` into a baseline; see :func:`eventstore.compaction.compact`."""
-        return compaction.compact(self._engine, session, upto=upto, archive=archive)
+        """Fold events ``1..upto`` into a baseline; see :func:`eventstore.compaction.compact`
+        (``actor`` is kept in the compaction record)."""
+        return compaction.compact(self._engine, session, upto=upto, archive=archive, actor=actor)
 
     def compact_all(
         self, *, keep_last_turns: int, progress: Callable[[int, int, str], None] | None = None
@@ -478,11 +482,44 @@ class EventStore:
         return transfer.export(self._engine, session, out, progress=progress)
 
     def verify(
-        self, session: str | None = None, *, progress: Callable[[int, int, str], None] | None = None
+        self,
+        session: str | None = None,
+        *,
+        checkpoint: Checkpoint | None = None,
+        public_key: bytes | None = None,
+        progress: Callable[[int, int, str], None] | None = None,
     ) -> VerifyReport:
-        """Check the hash chain and every snapshot against the fold of its events (one
-        session, or all); see :func:`eventstore.verify.verify`."""
-        return verifying.verify(self._engine, session, progress=progress)
+        """Check the hash chain, turns, baselines and every snapshot against the fold of its
+        events (one session, or all) and, given a signed ``checkpoint`` and its
+        ``public_key``, that the database still extends it; see :func:`eventstore.verify.verify`."""
+        return verifying.verify(
+            self._engine, session, checkpoint=checkpoint, public_key=public_key, progress=progress
+        )
+
+    # -- audit --------------------------------------------------------------------------
+
+    def checkpoint(self, private_key: bytes, *, origin: str | None = None) -> Checkpoint:
+        """Sign every session's head (version, hash, baseline) with an Ed25519 key; see
+        :func:`eventstore.audit.checkpoint`. Keep the result where the database's owners
+        cannot rewrite it, and pass it to :meth:`verify` later."""
+        return audit.checkpoint(self._engine, private_key, origin=origin)
+
+    def erase(self, session: str, *, reason: str, actor: str | None = None) -> list[str]:
+        """Erase a session and every branch forked from it, leaving tombstones; returns the
+        erased ids. See :func:`eventstore.audit.erase`."""
+        return audit.erase(self._engine, session, reason=reason, actor=actor)
+
+    def erase_older_than(
+        self,
+        older_than: timedelta | str,
+        *,
+        reason: str,
+        actor: str | None = None,
+        dry_run: bool = False,
+    ) -> list[str]:
+        """Erase every session whose last event is older than ``older_than`` (``"90d"`` or a
+        timedelta), with its branches; see :func:`eventstore.audit.erase_older_than`."""
+        return audit.erase_older_than(self._engine, older_than, reason=reason, actor=actor, dry_run=dry_run)
 
     def report(
         self,

@@ -23,23 +23,23 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import IO, Any
 
 import orjson
 
-from .codec import canonical, recorded_hash
+from .codec import canonical, recorded_hash, state_digest
 from .engine import Engine
-from .errors import CompactedError, InvalidEvent, SessionExists, SessionNotFound
+from .errors import CompactedError, InvalidEvent, SessionExists
 from .files import text_out
 from .ids import check_new_session_id
-from .models import parse_action
+from .models import check_json, parse_action
 from .planning import snapshot_boundaries
 from .records import to_datetime
 from .text import iso
 from .reducer import fold_json
-from .storage.base import ZERO_HASH, EventRow, NewSession, SessionRow
+from .storage.base import ZERO_HASH, CompactionRow, EventRow, NewSession, SessionRow
 
 __all__ = ["EXPORT_FORMAT", "EXPORT_FORMAT_VERSION", "ImportResult", "export", "import_"]
 
@@ -70,6 +70,35 @@ def _hash_at(engine: Engine, tx: Any, row: SessionRow, version: int) -> bytes | 
         return engine.hash_turn_at(tx, row, version)[0]
     except CompactedError:
         return None
+
+
+def _own_records(storage: Any, tx: Any, row: SessionRow) -> list[CompactionRow]:
+    return storage.list_compactions(tx, row.pk) if row.baseline > (row.fork_version or 0) else []
+
+
+def _record_json(storage: Any, tx: Any, row: SessionRow) -> JSON | None:
+    """The compaction record of a session's own baseline, as an export carries it: it
+    binds the exported ``baseline_state`` (by its digest) to the chain."""
+    for rec in _own_records(storage, tx, row):
+        if rec.upto == row.baseline:
+            return {
+                "upto": rec.upto,
+                "baseline_hash": rec.baseline_hash.hex(),
+                "baseline_turn": rec.baseline_turn,
+                "state_digest": rec.state_digest.hex(),
+                "compacted_at": rec.compacted_at,
+                "actor": rec.actor,
+            }
+    return None
+
+
+def _exportable(storage: Any, tx: Any, row: SessionRow, evs: list[EventRow]) -> list[EventRow]:
+    """The events to export: below the baseline only those a compaction recorded (kept
+    for branches); a row forged there is never carried into another database."""
+    recs = _own_records(storage, tx, row)
+    if not recs:
+        return evs
+    return [e for e in evs if e.version > row.baseline or any(r.hash_at(e.version) == e.hash for r in recs)]
 
 
 def export(
@@ -104,7 +133,7 @@ def export(
         for r in chain:
             fork_hash, fork_turn = _fork_point(engine, tx, r)
             parent = storage.get_session_by_pk(tx, r.parent_pk).id if r.parent_pk else None
-            evs = storage.read_events(tx, r.pk, after=r.fork_version or 0, upto=r.head)
+            evs = _exportable(storage, tx, r, storage.read_events(tx, r.pk, after=r.fork_version or 0, upto=r.head))
             head: JSON = {
                 "kind": "session",
                 "id": r.id,
@@ -119,6 +148,7 @@ def export(
                 "baseline_hash": r.baseline_hash.hex() if r.baseline_hash else None,
                 "baseline_turn": r.baseline_turn,
                 "baseline_state": None,
+                "baseline_record": _record_json(storage, tx, r),
                 "created_at": r.created_at,
                 "created_at_iso": _iso(r.created_at),
                 "events": len(evs),
@@ -245,117 +275,216 @@ def _int(obj: Mapping[str, Any], key: str, line: int, *, optional: bool = False)
     return v
 
 
-def _parse(lines: Iterable[str]) -> list[_Block]:
-    """The session blocks of an export file (its header line checked and dropped)."""
-    header: JSON | None = None
-    blocks: list[_Block] = []
-    for n, raw in enumerate(lines, 1):
-        if not raw.strip():
-            continue
-        try:
-            obj = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise _bad(n, f"not valid JSON ({exc})") from None
-        if not isinstance(obj, dict):
-            raise _bad(n, "not a JSON object")
-        if header is None:
-            if obj.get("format") != EXPORT_FORMAT:
-                raise _bad(n, "not an eventstore export (the first line has no 'format' header)")
-            if obj.get("format_version") != EXPORT_FORMAT_VERSION:
-                raise _bad(n, f"unsupported export format version {obj.get('format_version')!r}")
-            header = obj
-            continue
-        kind = obj.get("kind")
-        if kind == "session":
-            if not isinstance(obj.get("id"), str) or not obj["id"]:
-                raise _bad(n, "session id must be a non-empty string", "id")
-            for k in ("head", "head_turn", "baseline", "baseline_turn", "created_at", "fork_turn"):
-                _int(obj, k, n)
-            _int(obj, "fork_version", n, optional=True)
-            blocks.append(_Block(obj, [], n))
-        elif kind == "event":
-            if not blocks or obj.get("session") != blocks[-1].meta["id"]:
-                raise _bad(n, "event outside its session's block", "session")
-            action = obj.get("action")
-            if not isinstance(action, dict):
-                raise _bad(n, "action must be a JSON object", "action")
+class _Lines:
+    """An export file's objects one at a time, its header line checked first.
+
+    Each session and event line is validated with the rules an append applies (the store's
+    :class:`~eventstore.validate.Validator`: ids, actors, sizes, metadata), so an import
+    can store nothing an append would refuse.
+    """
+
+    def __init__(self, lines: Iterable[str], engine: Engine) -> None:
+        self._it = enumerate(lines, 1)
+        self._v = engine.validate
+        self.header: JSON | None = None
+        self.line = 0
+
+    def _next_object(self) -> JSON | None:
+        for n, raw in self._it:
+            self.line = n
+            if not raw.strip():
+                continue
             try:
-                parsed = parse_action(action)
+                obj = orjson.loads(raw)
+            except orjson.JSONDecodeError as exc:
+                raise _bad(n, f"not valid JSON ({exc})") from None
+            if not isinstance(obj, dict):
+                raise _bad(n, "not a JSON object")
+            return obj
+        return None
+
+    def read_header(self) -> JSON:
+        obj = self._next_object()
+        if obj is None:
+            raise InvalidEvent("import: the file is empty")
+        n = self.line
+        if obj.get("format") != EXPORT_FORMAT:
+            raise _bad(n, "not an eventstore export (the first line has no 'format' header)")
+        if obj.get("format_version") != EXPORT_FORMAT_VERSION:
+            raise _bad(n, f"unsupported export format version {obj.get('format_version')!r}")
+        self.header = obj
+        return obj
+
+    def __iter__(self) -> Iterator[JSON | EventRow]:
+        """Session objects (checked) and event rows (``session_pk`` 0), in file order."""
+        current: str | None = None
+        while (obj := self._next_object()) is not None:
+            n = self.line
+            kind = obj.get("kind")
+            try:
+                if kind == "session":
+                    current = self._session(obj, n)
+                    yield obj
+                elif kind == "event":
+                    if current is None or obj.get("session") != current:
+                        raise _bad(n, "event outside its session's block", "session")
+                    yield self._event(obj, n)
+                else:
+                    raise _bad(n, f"unknown line kind {kind!r}", "kind")
             except InvalidEvent as exc:
+                if exc.message.startswith("import line"):
+                    raise
                 raise _bad(n, exc.reason, exc.field) from None
-            metadata = obj.get("metadata")
-            if metadata is not None and not isinstance(metadata, dict):
-                raise _bad(n, "metadata must be an object or null", "metadata")
-            eid, actor = obj.get("event_id"), obj.get("actor")
-            if eid is not None and not isinstance(eid, str):
-                raise _bad(n, "event_id must be a string or null", "event_id")
-            if actor is not None and not isinstance(actor, str):
-                raise _bad(n, "actor must be a string or null", "actor")
-            # The stored bytes are the canonical form of the validated action: a file whose
-            # action differs from it (extra keys, other values) is refused, not normalised.
-            if parsed.to_json() != action:
-                raise _bad(n, "action is not in canonical form", "action")
-            payload = canonical(action)
-            blocks[-1].events.append(
-                EventRow(
-                    session_pk=0,
-                    version=_int(obj, "version", n),
-                    event_id=eid,
-                    type=str(action.get("type")),
-                    turn=_int(obj, "turn", n),
-                    payload=payload,
-                    recorded_at=_int(obj, "recorded_at", n),
-                    actor=actor,
-                    metadata=canonical(metadata) if metadata is not None else None,
-                    hash=_hex(obj.get("hash"), n, "hash"),
-                )
-            )
-        else:
-            raise _bad(n, f"unknown line kind {kind!r}", "kind")
-    if header is None:
-        raise InvalidEvent("import: the file is empty")
-    return blocks
+
+    def _session(self, obj: JSON, n: int) -> str:
+        sid = self._v.id(obj.get("id"), "id")
+        if obj.get("parent") is not None:
+            self._v.id(obj.get("parent"), "parent")
+        for k in ("head", "head_turn", "baseline", "baseline_turn", "created_at", "fork_turn"):
+            _int(obj, k, n)
+        _int(obj, "fork_version", n, optional=True)
+        return sid
+
+    def _event(self, obj: JSON, n: int) -> EventRow:
+        v = self._v
+        action = obj.get("action")
+        if not isinstance(action, dict):
+            raise _bad(n, "action must be a JSON object", "action")
+        parsed = parse_action(action)
+        metadata = obj.get("metadata")
+        if metadata is not None and not isinstance(metadata, dict):
+            raise _bad(n, "metadata must be an object or null", "metadata")
+        eid = v.optional_id(obj.get("event_id"), "event_id")
+        actor = v.optional_id(obj.get("actor"), "actor")
+        # The stored bytes are the canonical form of the validated action: a file whose
+        # action differs from it (extra keys, other values) is refused, not normalised.
+        if parsed.to_json() != action:
+            raise _bad(n, "action is not in canonical form", "action")
+        payload = canonical(action)
+        v.size(payload, "the action", field="action")
+        meta: bytes | None = None
+        if metadata is not None:
+            check_json(metadata, "metadata")
+            meta = canonical(metadata)
+            v.size(meta, "metadata", field="metadata")
+        return EventRow(
+            session_pk=0,
+            version=_int(obj, "version", n),
+            event_id=eid,
+            type=str(action.get("type")),
+            turn=_int(obj, "turn", n),
+            payload=payload,
+            recorded_at=_int(obj, "recorded_at", n),
+            actor=actor,
+            metadata=meta,
+            hash=_hex(obj.get("hash"), n, "hash"),
+        )
 
 
-def _verify_block(b: _Block) -> None:
-    """Recompute the hash chain and turns of a block; raise on the first mismatch."""
-    m = b.meta
-    sid = m["id"]
-    fork = m.get("fork_version") or 0
-    fork_hash = _hex(m.get("fork_hash"), b.line, "fork_hash")
-    baseline = m["baseline"]
-    baseline_hash = _hex(m["baseline_hash"], b.line, "baseline_hash") if m.get("baseline_hash") else None
-    if baseline and baseline_hash is None:
-        raise _bad(b.line, f"session {sid!r} has a baseline but no baseline_hash", "baseline_hash")
-    prev_v, prev_hash, prev_turn = fork, fork_hash, m["fork_turn"]
-    for e in b.events:
-        if e.version <= prev_v:
-            raise _bad(b.line, f"session {sid!r}: version {e.version} out of order", "version")
-        if e.version != prev_v + 1:
+class _ChainCheck:
+    """A block's hash chain and turns, recomputed event by event; raises on the first
+    mismatch."""
+
+    def __init__(self, meta: JSON, line: int) -> None:
+        self.meta, self.line = meta, line
+        self.sid = meta["id"]
+        self.baseline = meta["baseline"]
+        self.baseline_hash = (
+            _hex(meta["baseline_hash"], line, "baseline_hash") if meta.get("baseline_hash") else None
+        )
+        if self.baseline and self.baseline_hash is None:
+            raise _bad(line, f"session {self.sid!r} has a baseline but no baseline_hash", "baseline_hash")
+        self.prev_v = meta.get("fork_version") or 0
+        self.prev_hash = _hex(meta.get("fork_hash"), line, "fork_hash")
+        self.prev_turn = meta["fork_turn"]
+
+    def add(self, e: EventRow) -> None:
+        sid, line = self.sid, self.line
+        if e.version <= self.prev_v:
+            raise _bad(line, f"session {sid!r}: version {e.version} out of order", "version")
+        if e.version != self.prev_v + 1:
             # The only gap allowed: events compacted away below the baseline.
-            if baseline_hash is None or e.version != baseline + 1 or prev_v >= baseline:
-                raise _bad(b.line, f"session {sid!r}: version {prev_v + 1} is missing", "version")
-            prev_hash, prev_turn = baseline_hash, m["baseline_turn"]
-        elif baseline_hash is not None and e.version == baseline + 1 and prev_hash != baseline_hash:
-            raise _bad(
-                b.line, f"session {sid!r}: baseline hash does not match its events", "baseline_hash"
-            )
-        expected_turn = prev_turn + (1 if e.type == "send" else 0)
+            if self.baseline_hash is None or e.version != self.baseline + 1 or self.prev_v >= self.baseline:
+                raise _bad(line, f"session {sid!r}: version {self.prev_v + 1} is missing", "version")
+            self.prev_hash, self.prev_turn = self.baseline_hash, self.meta["baseline_turn"]
+        elif self.baseline_hash is not None and e.version == self.baseline + 1 and self.prev_hash != self.baseline_hash:
+            raise _bad(line, f"session {sid!r}: baseline hash does not match its events", "baseline_hash")
+        expected_turn = self.prev_turn + (1 if e.type == "send" else 0)
         if e.turn != expected_turn:
-            raise _bad(b.line, f"session {sid!r}: event {e.version} has turn {e.turn}, expected {expected_turn}", "turn")
-        h = recorded_hash(prev_hash, sid, e)
-        if h != e.hash:
+            raise _bad(line, f"session {sid!r}: event {e.version} has turn {e.turn}, expected {expected_turn}", "turn")
+        if recorded_hash(self.prev_hash, sid, e) != e.hash:
             raise _bad(
-                b.line,
+                line,
                 f"session {sid!r}: event {e.version} does not match its hash "
                 "(the file was modified or damaged); nothing was imported",
                 "hash",
             )
-        prev_v, prev_hash, prev_turn = e.version, e.hash, e.turn
-    if prev_v < baseline:
-        prev_v, prev_hash, prev_turn = baseline, baseline_hash or prev_hash, m["baseline_turn"]
-    if prev_v != m["head"] or prev_hash != _hex(m["head_hash"], b.line, "head_hash") or prev_turn != m["head_turn"]:
-        raise _bad(b.line, f"session {sid!r}: head {m['head']} does not match its events", "head")
+        self.prev_v, self.prev_hash, self.prev_turn = e.version, e.hash, e.turn
+
+    def finish(self) -> None:
+        m = self.meta
+        prev_v, prev_hash, prev_turn = self.prev_v, self.prev_hash, self.prev_turn
+        if prev_v < self.baseline:
+            prev_v, prev_hash, prev_turn = self.baseline, self.baseline_hash or prev_hash, m["baseline_turn"]
+        if prev_v != m["head"] or prev_hash != _hex(m["head_hash"], self.line, "head_hash") or prev_turn != m["head_turn"]:
+            raise _bad(self.line, f"session {self.sid!r}: head {m['head']} does not match its events", "head")
+
+
+def _baseline_record(meta: JSON, line: int, below: Sequence[EventRow]) -> CompactionRow | None:
+    """The compaction record a compacted session's block carries, checked against its
+    baseline state: an edited ``baseline_state`` is refused even with every hash intact.
+
+    ``below``: the block's events at or below its baseline (those kept for branches); the
+    record keeps their hashes, so ``verify`` accepts them after the import.
+
+    Returns ``None`` when the session's own baseline is at or below its fork.
+    """
+    sid, baseline, fork = meta["id"], meta["baseline"], meta.get("fork_version") or 0
+    if baseline <= fork:
+        return None
+    state = meta.get("baseline_state")
+    if not isinstance(state, dict):
+        raise _bad(line, f"session {sid!r} has a baseline but no baseline_state", "baseline_state")
+    rec = meta.get("baseline_record")
+    if not isinstance(rec, dict):
+        raise _bad(
+            line,
+            f"session {sid!r} has a baseline but no baseline_record binding its state "
+            "(exported before compaction records, or edited)",
+            "baseline_record",
+        )
+    digest = _hex(rec.get("state_digest"), line, "baseline_record.state_digest")
+    if digest != state_digest(state):
+        raise _bad(
+            line,
+            f"session {sid!r}: baseline_state is not the state its compaction recorded "
+            "(the file was modified); nothing was imported",
+            "baseline_state",
+        )
+    if (
+        rec.get("upto") != baseline
+        or rec.get("baseline_hash") != meta.get("baseline_hash")
+        or rec.get("baseline_turn") != meta["baseline_turn"]
+    ):
+        raise _bad(line, f"session {sid!r}: baseline_record does not match its baseline", "baseline_record")
+    actor = rec.get("actor")
+    when = rec.get("compacted_at")
+    if (actor is not None and not isinstance(actor, str)) or not isinstance(when, int) or isinstance(when, bool):
+        raise _bad(line, f"session {sid!r}: baseline_record is malformed", "baseline_record")
+    kept = [e for e in below if e.version <= baseline]
+    contiguous = bool(kept) and [e.version for e in kept] == list(range(fork + 1, fork + 1 + len(kept)))
+    return CompactionRow(
+        session_pk=0,
+        upto=baseline,
+        previous_baseline=fork,
+        baseline_hash=bytes.fromhex(meta["baseline_hash"]),
+        baseline_turn=meta["baseline_turn"],
+        state_digest=digest,
+        first_version=fork + 1 if contiguous else baseline + 1,
+        removed_hashes=b"".join(e.hash for e in kept) if contiguous else b"",
+        compacted_at=when,
+        actor=actor,
+    )
 
 
 def import_(
@@ -366,12 +495,18 @@ def import_(
 ) -> list[ImportResult]:
     """Recreate sessions from an :func:`export` file, verbatim and atomically.
 
-    Every event keeps its id, version, timestamp, actor, metadata and hash. The whole
-    file is parsed and its hash chains recomputed before anything is written; then all
-    of it is written in one transaction. A session that already exists is left alone
-    when it holds the same history (``present``), extended when it holds a prefix of it
-    (``extended``), and a compacted session gets back the events its archive holds and
-    its earlier baseline (``restored``); any other difference refuses the import.
+    Every event keeps its id, version, timestamp, actor, metadata and hash, and is checked
+    with the rules an append applies (ids, actors, sizes, metadata). The file is read line
+    by line inside one write transaction: each event's hash and turn are recomputed as it
+    is read, events are written in chunks, and the first problem rolls everything back, so
+    nothing is written unless the whole file is sound, and memory stays bounded by a
+    chunk and one session's state, not by the file. A compacted session must carry the
+    compaction record of its baseline, and its ``baseline_state`` must be the state that
+    record's digest names. A session that already exists is left alone when it holds the
+    same history (``present``), extended when it holds a prefix of it (``extended``), and a
+    compacted session gets back the events its archive holds and its earlier baseline
+    (``restored``); any other difference refuses the import. (An existing session's block
+    is held in memory while it is compared.)
 
     Args:
         engine: the engine.
@@ -385,6 +520,7 @@ def import_(
         InvalidEvent: the file is malformed or was tampered with, or an argument is
             malformed; nothing was written.
         SessionExists: a session of the file exists with a different history.
+        SessionErased: a session of the file was erased here (its id is not reused).
         SessionNotFound: a branch's parent is neither in the file nor in the store.
     """
     if isinstance(src, (str, bytes)) or not isinstance(src, Iterable):
@@ -393,79 +529,166 @@ def import_(
             field="src",
         )
     engine.validate.progress(progress)
-    blocks = _parse(src)
-    for b in blocks:
-        _verify_block(b)
-    total = sum(len(b.events) for b in blocks)
-    done = 0
+    reader = _Lines(src, engine)
+    header = reader.read_header()
+    total = header.get("events")
+    total = total if isinstance(total, int) and not isinstance(total, bool) and total >= 0 else 0
     results: list[ImportResult] = []
-    storage = engine.storage
     new_blobs: set[bytes] = set()
-    with storage.write() as tx:
-        for b in blocks:
-            m = b.meta
-            sid = m["id"]
-            # Locked: an import that extends or restores a session serialises with its appends.
-            existing = storage.lock_session(tx, sid)
-            parent_pk = None
-            if m.get("parent"):
-                prow = storage.get_session(tx, m["parent"])
-                if prow is None:
-                    raise SessionNotFound(m["parent"])
-                parent_pk = prow.pk
-                fv = m.get("fork_version") or 0
-                if fv > prow.head:
-                    raise _conflict(prow.id, f"has only versions up to {prow.head}, but {sid!r} forks at {fv}")
-                fork_hash = _hash_at(engine, tx, prow, fv) if fv else ZERO_HASH
-                if fork_hash is None:
-                    raise CompactedError(prow.id, fv, prow.baseline, prow.head)
-                if fork_hash.hex() != m["fork_hash"]:
-                    raise _conflict(prow.id, f"holds another history than the file's up to version {fv}")
-            if existing is not None:
-                status, n = _merge_existing(engine, tx, existing, b, parent_pk, new_blobs)
-                results.append(ImportResult(sid, status, n, max(existing.head, m["head"])))
-                done += len(b.events)
-                if progress is not None:
-                    progress(done, total)
-                continue
-            baseline = m["baseline"]
-            check_new_session_id(sid)
-            new = storage.insert_session(
-                tx,
-                NewSession(
-                    id=sid,
-                    created_at=m["created_at"],
-                    parent_pk=parent_pk,
-                    fork_version=m.get("fork_version") if parent_pk else None,
-                    head=(m.get("fork_version") or 0) if parent_pk else 0,
-                    head_hash=bytes.fromhex(m["fork_hash"]),
-                    head_turn=m["fork_turn"],
-                    baseline=baseline,
-                    baseline_hash=bytes.fromhex(m["baseline_hash"]) if baseline else None,
-                    baseline_turn=m["baseline_turn"],
-                ),
-            )
-            if new is None:
-                raise SessionExists(sid)
-            if baseline > (m.get("fork_version") or 0):
-                # The session's own baseline: its snapshot stands for the events that are gone.
-                state = m.get("baseline_state")
-                if not isinstance(state, dict):
-                    raise _bad(b.line, f"session {sid!r} has a baseline but no baseline_state", "baseline_state")
-                engine.put_snapshot(tx, new.pk, baseline, state, new_blobs)
-            rows = [_with_pk(e, new.pk) for e in b.events]
-            for chunk in storage.iter_chunks(rows, 500):
-                storage.insert_events(tx, chunk)
-                done += len(chunk)
-                if progress is not None:
-                    progress(done, total)
-            _snapshot_runs(engine, tx, new, rows, new_blobs)
-            storage.set_head(tx, new.pk, m["head"], bytes.fromhex(m["head_hash"]), m["head_turn"])
-            results.append(ImportResult(sid, "created", len(rows), m["head"]))
+    with engine.storage.write() as tx:
+        block: _Import | None = None
+        done = 0
+        for item in reader:
+            if isinstance(item, dict):
+                if block is not None:
+                    results.append(block.finish())
+                block = _Import(engine, tx, item, reader.line, new_blobs)
+            else:
+                assert block is not None
+                block.add(item)
+                done += 1
+                if progress is not None and done % 1000 == 0:
+                    progress(done, max(total, done))
+        if block is not None:
+            results.append(block.finish())
     engine.planner.committed(blobs=new_blobs)
     if progress is not None:
-        progress(done, total)
+        progress(done, max(total, done))
     return results
+
+
+class _Import:
+    """One session block of an import, written as its lines arrive (a new session) or
+    held and compared at its end (an existing one)."""
+
+    CHUNK = 500
+
+    def __init__(self, engine: Engine, tx: Any, meta: JSON, line: int, new_blobs: set[bytes]) -> None:
+        self.engine, self.tx, self.meta, self.line, self.new_blobs = engine, tx, meta, line, new_blobs
+        self.check = _ChainCheck(meta, line)
+        storage = engine.storage
+        sid = meta["id"]
+        # Locked: an import that extends or restores a session serialises with its appends.
+        self.existing = storage.lock_session(tx, sid)
+        self.parent_pk = _check_parent(engine, tx, meta)
+        self.events: list[EventRow] = []  # held: an existing session's, or one chunk
+        self.below: list[EventRow] = []  # a new session's events at or below its baseline
+        self.count = 0
+        self.row: SessionRow | None = None
+        self.state: JSON | None = None
+        self.state_at: int | None = None
+        self.pending: list[bytes] = []
+        self.last = 0
+        if self.existing is None:
+            self.row = self._create()
+
+    def _create(self) -> SessionRow:
+        m, engine, tx = self.meta, self.engine, self.tx
+        sid = m["id"]
+        baseline = m["baseline"]
+        try:
+            check_new_session_id(sid)
+        except InvalidEvent as exc:
+            raise _bad(self.line, exc.reason, exc.field) from None
+        fork = m.get("fork_version") if self.parent_pk else None
+        if baseline > (fork or 0):
+            # The digest check comes first (again at the end, with the kept events).
+            _baseline_record(m, self.line, ())
+        new = engine.insert_new_session(
+            tx,
+            NewSession(
+                id=sid,
+                created_at=m["created_at"],
+                parent_pk=self.parent_pk,
+                fork_version=fork,
+                head=(fork or 0),
+                head_hash=bytes.fromhex(m["fork_hash"]),
+                head_turn=m["fork_turn"],
+                baseline=baseline,
+                baseline_hash=bytes.fromhex(m["baseline_hash"]) if baseline else None,
+                baseline_turn=m["baseline_turn"],
+            ),
+        )
+        if new is None:
+            raise SessionExists(sid)
+        if baseline > (fork or 0):
+            # The session's own baseline: its snapshot stands for the events that are gone.
+            engine.put_snapshot(tx, new.pk, baseline, m["baseline_state"], self.new_blobs)
+        return new
+
+    def add(self, e: EventRow) -> None:
+        self.check.add(e)
+        self.count += 1
+        if self.row is None:
+            self.events.append(e)
+            return
+        e = _with_pk(e, self.row.pk)
+        if e.version <= self.meta["baseline"]:
+            self.below.append(e)
+        if e.version != self.last + 1:
+            self.state_at, self.pending = None, []  # after the gap below the baseline
+        self.last = e.version
+        self.events.append(e)
+        self.pending.append(e.payload)
+        if e.version % self.engine.snapshot_every == 0:
+            self._flush()
+            self._snapshot(e.version)
+        elif len(self.events) >= self.CHUNK:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self.events:
+            self.engine.storage.insert_events(self.tx, self.events)
+            self.events = []
+
+    def _snapshot(self, version: int) -> None:
+        """The periodic snapshot an append would have written (without it every load of
+        the imported session would fold from its start)."""
+        engine, row = self.engine, self.row
+        assert row is not None
+        if self.state_at is None:
+            self.state = engine.state_at(self.tx, row, version)
+        else:
+            self.state = fold_json(self.state, [orjson.loads(p) for p in self.pending])
+        self.state_at, self.pending = version, []
+        engine.put_snapshot(self.tx, row.pk, version, self.state, self.new_blobs)
+
+    def finish(self) -> ImportResult:
+        self.check.finish()
+        m, engine, tx = self.meta, self.engine, self.tx
+        sid = m["id"]
+        if self.existing is not None:
+            b = _Block(m, self.events, self.line)
+            status, n = _merge_existing(engine, tx, self.existing, b, self.parent_pk, self.new_blobs)
+            return ImportResult(sid, status, n, max(self.existing.head, m["head"]))
+        assert self.row is not None
+        self._flush()
+        rec = _baseline_record(m, self.line, self.below)
+        if rec is not None:
+            engine.storage.insert_compaction(tx, replace(rec, session_pk=self.row.pk))
+        engine.storage.set_head(tx, self.row.pk, m["head"], bytes.fromhex(m["head_hash"]), m["head_turn"])
+        return ImportResult(sid, "created", self.count, m["head"])
+
+
+def _check_parent(engine: Engine, tx: Any, m: JSON) -> int | None:
+    """The pk of a branch's parent, after checking that it holds the file's history up
+    to the fork (``None`` for a root)."""
+    if not m.get("parent"):
+        return None
+    storage = engine.storage
+    sid = m["id"]
+    prow = storage.get_session(tx, m["parent"])
+    if prow is None:
+        raise engine.missing(tx, m["parent"])
+    fv = m.get("fork_version") or 0
+    if fv > prow.head:
+        raise _conflict(prow.id, f"has only versions up to {prow.head}, but {sid!r} forks at {fv}")
+    fork_hash = _hash_at(engine, tx, prow, fv) if fv else ZERO_HASH
+    if fork_hash is None:
+        raise CompactedError(prow.id, fv, prow.baseline, prow.head)
+    if fork_hash.hex() != m["fork_hash"]:
+        raise _conflict(prow.id, f"holds another history than the file's up to version {fv}")
+    return prow.pk
 
 
 def _snapshot_runs(
@@ -592,11 +815,11 @@ def _restore_prefix(
     for chunk in storage.iter_chunks(back, 500):
         storage.insert_events(tx, chunk)
     new_baseline = m["baseline"]
-    if new_baseline > fork:
-        state = m.get("baseline_state")
-        if not isinstance(state, dict):
-            raise _bad(b.line, f"session {row.id!r} has a baseline but no baseline_state", "baseline_state")
-        engine.put_snapshot(tx, row.pk, new_baseline, state, new_blobs)
+    rec = _baseline_record(m, b.line, [e for e in b.events if e.version <= new_baseline])
+    if rec is not None:
+        engine.put_snapshot(tx, row.pk, new_baseline, m["baseline_state"], new_blobs)
+        if all(r.upto != new_baseline for r in storage.list_compactions(tx, row.pk)):
+            storage.insert_compaction(tx, replace(rec, session_pk=row.pk))
     # The compaction primitive is also how a baseline moves down: with keep_upto at the
     # head it deletes nothing, and only the baseline columns change.
     storage.compact(

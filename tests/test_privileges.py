@@ -19,7 +19,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from conftest import pg_admin_url
-from eventstore.errors import CompactedError, StorageError
+from eventstore.errors import CompactedError, SessionErased, StorageError
 from eventstore.samples import chat_session
 from eventstore import EventStore
 from eventstore.storage import open_storage
@@ -194,6 +194,29 @@ def test_the_owner_erases_and_the_application_sees_the_tombstone(setup: dict[str
         finally:
             storage.close()
         assert app_store.verify().ok
+    owner_store.close()
+
+
+def test_only_the_owner_erases_through_the_store(setup: dict[str, Any]) -> None:
+    owner_store = EventStore(setup["owner"], snapshot_every=8)
+    owner_store.migrate()
+    with _raw(setup["owner"]) as conn:
+        conn.execute(setup["grants"])
+    with EventStore(setup["app"], snapshot_every=8) as app_store:
+        app_store.append("s1", chat_session(turns=2, seed=3))
+        app_store.branch("s1", at=10, new_id="s1-alt")
+        with pytest.raises(StorageError, match="permission denied"):
+            app_store.erase("s1", reason="mallory wants it gone")
+        assert app_store.head("s1") > 10 and app_store.head("s1-alt") == 10
+        owner_store.compact("s1", upto=12, actor="ops")  # the owner's compaction writes its record
+        assert app_store.verify().ok
+        assert owner_store.erase("s1", reason="user request", actor="admin") == ["s1", "s1-alt"]
+        with pytest.raises(SessionErased):
+            app_store.load("s1-alt")
+        with pytest.raises(SessionErased):  # the application role reads tombstones: no reuse
+            app_store.append("s1", [{"type": "stop"}])
+        report = app_store.verify()
+        assert report.ok and len(report.notices) == 2
     owner_store.close()
 
 

@@ -531,40 +531,36 @@ def replay(
 def verify(
     ctx: typer.Context,
     session: str | None = typer.Argument(None, metavar=SESSION, help="The session to check (default: all)."),
+    checkpoint: Path | None = typer.Option(
+        None, "--checkpoint", help="Also prove the database still extends this signed checkpoint."
+    ),
+    public_key: Path | None = typer.Option(
+        None, "--public-key", help="The public key the checkpoint must be signed with."
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Check integrity: the hash chain of every event and that snapshots equal the fold.
+    """Check integrity: the hash chain of every event, turns, baselines and that snapshots
+    equal the fold; with --checkpoint, also that nothing it anchors was rewritten.
 
-    Exits with code 1 when any problem is found.
+    Exits with code 1 when any problem is found. Erasures are listed, not failures.
     """
+    from .keys import read_checkpoint, read_key
+
+    if (checkpoint is None) != (public_key is None):
+        usage("--checkpoint and --public-key go together")
+    cp = read_checkpoint(checkpoint) if checkpoint is not None else None
+    key = read_key(public_key, private=False) if public_key is not None else None
     with open_store(ctx) as store, _progress() as bar:
         task = bar.add_task("verifying", total=None)
 
         def tick(done: int, total: int, _sid: str) -> None:
             bar.update(task, completed=done, total=total)
 
-        report = store.verify(session, progress=tick)
+        report = store.verify(session, checkpoint=cp, public_key=key, progress=tick)
     if as_json:
         print_json(report.to_json())
     else:
-        from rich.text import Text
-
-        out = _out()
-        for sid in report.sessions:
-            mine = report.for_session(sid)
-            mark = Text("FAILED", style="red") if mine else Text("ok", style="green")
-            out.print(Text(f"{safe(sid)}: ").append_text(mark))
-            for p in mine:
-                out.print(Text("  • ", style="red").append(safe(p.message)))
-        if not report.sessions:
-            typer.echo("no sessions to verify")
-        else:
-            verdict = Text("ok", style="green") if report.ok else Text("problems found", style="red")
-            out.print(
-                verdict.append(
-                    f": {report.events} event(s) and {report.snapshots} snapshot(s) checked"
-                )
-            )
+        _verify_lines(report)
     if not report.ok:
         fail(f"verify found {len(report.problems)} problem(s); see above", kind="VerifyFailed")
 
@@ -603,6 +599,106 @@ def recover(
             f"recovered {safe(session)}: interrupted at version {r.version}; "
             f"{len(r.messages)} message(s) to continue from"
         )
+
+
+def _verify_lines(report: Any) -> None:
+    """``verify``'s human output: a line per session, its problems, erasures, a verdict."""
+    from rich.text import Text
+
+    out = _out()
+    for sid in report.sessions:
+        mine = report.for_session(sid)
+        mark = Text("FAILED", style="red") if mine else Text("ok", style="green")
+        out.print(Text(f"{safe(sid)}: ").append_text(mark))
+        for p in mine:
+            out.print(Text("  • ", style="red").append(safe(p.message)))
+    checked = set(report.sessions)
+    for p in report.problems:
+        if p.session not in checked:  # a vanished session, a bad signature
+            out.print(Text("• ", style="red").append(safe(p.message)))
+    for n in report.notices:
+        out.print(Text("erased: ", style="yellow").append(safe(n.message)))
+    if report.checkpoint is not None:
+        out.print(Text(f"checkpoint of {safe(report.checkpoint)}: ").append_text(
+            Text("extended", style="green") if report.ok else Text("NOT extended", style="red")
+        ))
+    if not report.sessions and not report.problems:
+        typer.echo("no sessions to verify")
+    else:
+        verdict = Text("ok", style="green") if report.ok else Text("problems found", style="red")
+        out.print(verdict.append(f": {report.events} event(s) and {report.snapshots} snapshot(s) checked"))
+
+
+@app.command()
+@cli_errors
+def keygen(
+    out: Path = typer.Option(..., "--out", help="Write the private key here (mode 0600) and the public key to OUT.pub."),
+) -> None:
+    """Make an Ed25519 key pair for signing checkpoints. Keep the private key off the
+    database host; give the public key to whoever verifies."""
+    from .keys import write_keypair
+
+    private, public = write_keypair(out)
+    typer.echo(f"wrote {safe(private)} (private, 0600) and {safe(public)} (public)")
+
+
+@app.command("checkpoint")
+@cli_errors
+def checkpoint_cmd(
+    ctx: typer.Context,
+    key: Path = typer.Option(..., "--key", help="The private key file (from `eventstore keygen`)."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write here instead of stdout."),
+) -> None:
+    """Sign a checkpoint of every session's head, hash and baseline (one line of JSON).
+    Store it where the database's owners cannot rewrite it; verify against it later."""
+    from .keys import read_key, write_checkpoint
+
+    pem = read_key(key, private=True)
+    with open_store(ctx) as store:
+        cp = store.checkpoint(pem)
+    if output is None:
+        sys.stdout.write(cp.to_json() + "\n")
+        return
+    write_checkpoint(output, cp)
+    typer.echo(f"checkpoint of {len(cp.sessions)} session(s) written to {safe(output)}", err=True)
+
+
+@app.command()
+@cli_errors
+def erase(
+    ctx: typer.Context,
+    session: str | None = typer.Argument(None, metavar=SESSION, help="The session to erase, with its branches."),
+    reason: str | None = typer.Option(None, "--reason", help="Why (kept in the tombstone); required for a SESSION."),
+    actor: str | None = typer.Option(None, "--actor", help="Who is erasing (kept in the tombstone)."),
+    older_than: str | None = typer.Option(
+        None, "--older-than", help="Instead of a SESSION: every session whose last event is older (90d, 12h, 2w)."
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="With --older-than: only list what would be erased."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Erase a session and every branch forked from it (their content is deleted; a
+    tombstone with who, when and why remains), or every session older than an age."""
+    if (session is None) == (older_than is None):
+        usage("give a SESSION or --older-than AGE (not both)")
+    if dry_run and older_than is None:
+        usage("--dry-run goes with --older-than")
+    with open_store(ctx) as store:
+        if session is not None:
+            if reason is None:
+                usage("--reason is required: say why the session is erased")
+            ids = store.erase(session, reason=reason, actor=actor)
+        else:
+            assert older_than is not None  # one of the two, checked above
+            ids = store.erase_older_than(
+                older_than, reason=reason or f"retention: older than {older_than}", actor=actor, dry_run=dry_run
+            )
+    if as_json:
+        print_json({"erased": [] if dry_run else ids, "would_erase": ids if dry_run else []})
+        return
+    verb = "would erase" if dry_run else "erased"
+    for sid in ids:
+        typer.echo(f"{verb} {safe(sid)}")
+    typer.echo(f"{len(ids)} session(s) {verb.split()[-1] if dry_run else verb}{' (dry run)' if dry_run else ''}")
 
 
 @app.command("export")
