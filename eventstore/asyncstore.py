@@ -38,7 +38,8 @@ from .astreaming import AsyncStreamingTurn, AsyncTurnWriter
 from .checkpoint import Checkpoint
 from .compaction import CompactResult
 from .diff import SessionDiff
-from .engine import DEFAULT_SNAPSHOT_EVERY, Engine
+from .engine import DEFAULT_SNAPSHOT_EVERY
+from .facade import StoreBase
 from .feed import AsyncFollower, FollowState
 from .models import Action, SessionState
 from .records import AppendResult, RecordedEvent, Recovery, SessionInfo, VerifyReport
@@ -50,7 +51,7 @@ from .turns import Turn
 __all__ = ["AsyncEventStore"]
 
 
-class AsyncEventStore:
+class AsyncEventStore(StoreBase):
     """Event-sourced chat sessions on SQLite or PostgreSQL, for asyncio applications.
 
     Takes the same arguments as :class:`~eventstore.EventStore` (the same URLs, and the
@@ -71,6 +72,8 @@ class AsyncEventStore:
             positive integer.
     """
 
+    asyncio_storage = True
+
     def __init__(
         self,
         url: str,
@@ -80,47 +83,16 @@ class AsyncEventStore:
         max_id_length: int = 256,
         **storage_options: Any,
     ) -> None:
-        self._engine = Engine(
+        super().__init__(
             url,
             snapshot_every=snapshot_every,
             max_event_bytes=max_event_bytes,
             max_id_length=max_id_length,
-            use_asyncio=True,
             **storage_options,
         )
         self._streams = AsyncTurnWriter(self._engine)
 
     # -- lifecycle and schema -----------------------------------------------------------
-
-    @property
-    def url(self) -> str:
-        """The database URL with any password masked."""
-        return self._engine.storage.safe_url
-
-    @property
-    def read_counts(self) -> dict[str, int]:
-        """Twin of :attr:`EventStore.read_counts <eventstore.EventStore.read_counts>`."""
-        return dict(getattr(self._engine.storage, "reads", {}))
-
-    @property
-    def backend(self) -> str:
-        """``"sqlite"`` or ``"postgresql"``."""
-        return self._engine.storage.dialect
-
-    @property
-    def snapshot_every(self) -> int:
-        """How often (in versions) the state is stored as a snapshot."""
-        return self._engine.snapshot_every
-
-    @property
-    def max_event_bytes(self) -> int:
-        """The largest encoded action (and metadata) accepted."""
-        return self._engine.validate.limits.max_event_bytes
-
-    @property
-    def max_id_length(self) -> int:
-        """The longest session id, event id or actor accepted."""
-        return self._engine.validate.limits.max_id_length
 
     async def close(self) -> None:
         """Release every database connection. The store must not be used afterwards."""
@@ -137,9 +109,6 @@ class AsyncEventStore:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
-
-    def __repr__(self) -> str:
-        return f"AsyncEventStore({self.url!r}, snapshot_every={self.snapshot_every})"
 
     async def migrate(self) -> None:
         """Twin of :meth:`EventStore.migrate <eventstore.EventStore.migrate>`."""

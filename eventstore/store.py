@@ -34,7 +34,8 @@ from . import verify as verifying
 from .checkpoint import Checkpoint
 from .compaction import CompactResult
 from .diff import SessionDiff
-from .engine import DEFAULT_SNAPSHOT_EVERY, Engine
+from .engine import DEFAULT_SNAPSHOT_EVERY
+from .facade import StoreBase
 from .feed import Follower
 from .models import Action, SessionState
 from .records import AppendResult, RecordedEvent, Recovery, SessionInfo, VerifyReport
@@ -47,7 +48,7 @@ from .turns import Turn
 __all__ = ["EventStore", "DEFAULT_SNAPSHOT_EVERY"]
 
 
-class EventStore:
+class EventStore(StoreBase):
     """Event-sourced chat sessions on SQLite or PostgreSQL.
 
     Args:
@@ -82,7 +83,7 @@ class EventStore:
         max_id_length: int = 256,
         **storage_options: Any,
     ) -> None:
-        self._engine = Engine(
+        super().__init__(
             url,
             snapshot_every=snapshot_every,
             max_event_bytes=max_event_bytes,
@@ -92,37 +93,6 @@ class EventStore:
         self._streams = TurnWriter(self._engine)
 
     # -- lifecycle and schema -----------------------------------------------------------
-
-    @property
-    def url(self) -> str:
-        """The database URL with any password masked."""
-        return self._engine.storage.safe_url
-
-    @property
-    def backend(self) -> str:
-        """``"sqlite"`` or ``"postgresql"``."""
-        return self._engine.storage.dialect
-
-    @property
-    def read_counts(self) -> dict[str, int]:
-        """How many reads went to a replica and how many to the primary (``{}`` for a
-        store without ``replicas``): for monitoring, and to see that reads are offloaded."""
-        return dict(getattr(self._engine.storage, "reads", {}))
-
-    @property
-    def snapshot_every(self) -> int:
-        """How often (in versions) the state is stored as a snapshot."""
-        return self._engine.snapshot_every
-
-    @property
-    def max_event_bytes(self) -> int:
-        """The largest encoded action (and metadata) accepted."""
-        return self._engine.validate.limits.max_event_bytes
-
-    @property
-    def max_id_length(self) -> int:
-        """The longest session id, event id or actor accepted."""
-        return self._engine.validate.limits.max_id_length
 
     def close(self) -> None:
         """Release every database connection. The store must not be used afterwards."""
@@ -139,9 +109,6 @@ class EventStore:
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-    def __repr__(self) -> str:
-        return f"EventStore({self.url!r}, snapshot_every={self.snapshot_every})"
 
     def migrate(self) -> None:
         """Create or upgrade the schema to the newest revision (Alembic ``upgrade head``).
