@@ -72,7 +72,7 @@ class AsyncEventStore(StoreBase):
             positive integer.
     """
 
-    asyncio_storage = True
+    _asyncio_storage = True
 
     def __init__(
         self,

@@ -269,7 +269,7 @@ class Engine:
 
     def put_snapshot(self, tx: Tx, pk: int, version: int, state: Mapping[str, Any], written: set[bytes]) -> None:
         """Store ``state`` as the snapshot of session ``pk`` at ``version``; add the blobs
-        written to ``written`` (the caller reports them to the planner after commit)."""
+        written to ``written``, so that later snapshots of the same transaction skip them."""
         snap, fresh = self.planner.snapshot(pk, version, state)
         fresh = {d: body for d, body in fresh.items() if d not in written}
         self.storage.put_snapshot(tx, snap, fresh)
@@ -706,7 +706,6 @@ class Engine:
                 baseline_hash=h,
                 baseline_turn=turn,
             )
-        self.planner.committed(blobs=new_blobs)
         return CompactionRecord(session, v, row.baseline, deleted, keep)
 
     def record_compaction(

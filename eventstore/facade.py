@@ -18,7 +18,7 @@ class StoreBase:
     """The constructor and read-only settings of both facades (not used on its own)."""
 
     #: Open the storage with asyncio drivers (the async facade sets this).
-    asyncio_storage = False
+    _asyncio_storage = False
 
     def __init__(
         self,
@@ -29,7 +29,7 @@ class StoreBase:
         max_id_length: int = 256,
         **storage_options: Any,
     ) -> None:
-        if self.asyncio_storage:
+        if self._asyncio_storage:
             storage_options["use_asyncio"] = True
         self._engine = Engine(
             url,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,7 +59,6 @@ State = dict[str, Any]
 
 _STATE_CACHE = 32
 _HEADS_CACHE = 4096
-_KNOWN_BLOBS_MAX = 200_000  # ~20 MB of digests at most; forgetting only costs a re-send
 
 
 # -- lineage ----------------------------------------------------------------------------
@@ -275,7 +274,7 @@ class AppendPlan:
 
     Attributes:
         snapshots: the snapshot rows the batch reaches.
-        blobs: the message-chunk blobs they need that are not known to be stored.
+        blobs: the message-chunk blobs they need.
         head: the new head as the planner caches it (``None``: nothing to cache).
     """
 
@@ -287,16 +286,16 @@ class AppendPlan:
 class AppendPlanner:
     """Snapshot planning for appends, and the per-process caches that make it cheap.
 
-    Three caches, each a guess that the write itself verifies, so a stale entry costs a
+    Two caches, each a guess that the write itself verifies, so a stale entry costs a
     slower path, never a wrong result:
 
     - the session rows this process left after its appends (the optimistic path's guess
       of the head, checked by the head-moving statement);
     - per session, the state at the head it last wrote, kept as a state plus the actions
       since, keyed by the chain hash so that another writer's append is never mistaken for
-      ours;
-    - the digests of message blobs this process committed (no longer consulted when a
-      snapshot is planned: a snapshot always carries its blobs, see :meth:`snapshot`).
+      ours.
+
+    No cache of stored blobs: a snapshot always carries its blobs (see :meth:`snapshot`).
 
     Thread safety: one planner is shared by every thread using a store. Every cache entry
     is *taken* (popped) under a lock and put back after the commit, so two threads never
@@ -312,7 +311,6 @@ class AppendPlanner:
         self._lock = threading.Lock()
         self._states: OrderedDict[int, tuple[int, bytes, _Head]] = OrderedDict()
         self._heads: OrderedDict[str, SessionRow] = OrderedDict()
-        self._known_blobs: set[bytes] = set()
 
     def take_head(self, session: str) -> SessionRow | None:
         """The row this process left after its last append to ``session`` (removed from the
@@ -374,29 +372,17 @@ class AppendPlanner:
         rest, digests, blobs = self.codec.encode(state)
         return SnapshotRow(pk, version, REDUCER_VERSION, rest, digests), dict(blobs)
 
-    def committed(
-        self,
-        row: SessionRow | None = None,
-        plan: AppendPlan | None = None,
-        blobs: Collection[bytes] | None = None,
-    ) -> None:
-        """Remember what a committed write left: the new head row, its cached state and
-        the blobs now stored (only after commit: a rolled-back blob must not be taken as
-        present)."""
+    def committed(self, row: SessionRow, plan: AppendPlan | None = None) -> None:
+        """Remember what a committed append left: the new head row and its cached state
+        (only after commit: a rolled-back head must not be taken as the session's)."""
         with self._lock:
-            if row is not None:
-                self._heads[row.id] = row
-                if len(self._heads) > _HEADS_CACHE:
-                    self._heads.popitem(last=False)
-                if plan is not None and plan.head is not None:
-                    self._states[row.pk] = (row.head, row.head_hash, plan.head)
-                    while len(self._states) > _STATE_CACHE:
-                        self._states.popitem(last=False)
-            new = blobs if blobs is not None else plan.blobs if plan is not None else None
-            if new:
-                if len(self._known_blobs) > _KNOWN_BLOBS_MAX:
-                    self._known_blobs.clear()
-                self._known_blobs.update(new)
+            self._heads[row.id] = row
+            if len(self._heads) > _HEADS_CACHE:
+                self._heads.popitem(last=False)
+            if plan is not None and plan.head is not None:
+                self._states[row.pk] = (row.head, row.head_hash, plan.head)
+                while len(self._states) > _STATE_CACHE:
+                    self._states.popitem(last=False)
 
     def clear(self) -> None:
         """Forget every cached head and state."""

@@ -551,7 +551,6 @@ def import_(
                     progress(done, max(total, done))
         if block is not None:
             results.append(block.finish())
-    engine.planner.committed(blobs=new_blobs)
     if progress is not None:
         progress(done, max(total, done))
     return results

@@ -6,7 +6,8 @@
 - the CLI uses only the public names of `eventstore` (its `__all__`), plus the sample-data
   module for its demo;
 - nothing outside the facade (eventstore/store.py) imports the facade module, except the
-  package's `__init__` that re-exports it (the async twin, eventstore/asyncstore.py, too);
+  package's `__init__` that re-exports it (the async twin, eventstore/asyncstore.py, and
+  their shared base, eventstore/facade.py, too);
 - nothing outside the facades reads their private attributes (`store._x`);
 - the engine and the modules under it import neither the CLI nor a facade;
 - no module reads another module's private (`_x`) names, and no function imports a module
@@ -125,13 +126,13 @@ def _py_files() -> list[Path]:
 
 
 #: The two public facades: EventStore and its asyncio twin.
-FACADES = (PKG / "store.py", PKG / "asyncstore.py")
+FACADES = (PKG / "store.py", PKG / "asyncstore.py", PKG / "facade.py")
 
 
 def test_only_the_package_init_imports_the_facade_module() -> None:
     allowed = {*FACADES, PKG / "__init__.py"}
     files = [f for f in _py_files() if f not in allowed]
-    assert _offenders(files, ("eventstore.store", "eventstore.asyncstore")) == []
+    assert _offenders(files, ("eventstore.store", "eventstore.asyncstore", "eventstore.facade")) == []
 
 
 def _private_reads(path: Path, names: tuple[str, ...]) -> list[str]:
@@ -188,7 +189,7 @@ ENGINE_SIDE = ("engine", "planning", "validate", "timetravel", "compaction", "tr
 def test_the_engine_imports_no_cli_and_no_facade(module: str) -> None:
     path = PKG / f"{module}.py"
     assert path.is_file()
-    assert _offenders([path], ("eventstore.store", "eventstore.asyncstore", "eventstore_cli", "typer", "rich")) == []
+    assert _offenders([path], ("eventstore.store", "eventstore.asyncstore", "eventstore.facade", "eventstore_cli", "typer", "rich")) == []
     assert "eventstore" not in {m for m, _ in _imports(path)}
 
 
