@@ -315,6 +315,17 @@ class AsyncEventStore(StoreBase):
         *,
         against: tuple[str, int | None] | None = None,
         out: str | os.PathLike[str] | IO[str] | None = None,
+        checkpoint: Checkpoint | None = None,
+        public_key: bytes | None = None,
     ) -> str:
         """Twin of :meth:`EventStore.report <eventstore.EventStore.report>`."""
-        return await run(reporting.report, self._engine, session, version, against=against, out=out)
+        return await run(
+            reporting.report,
+            self._engine,
+            session,
+            version,
+            against=against,
+            out=out,
+            checkpoint=checkpoint,
+            public_key=public_key,
+        )

@@ -32,6 +32,7 @@ from .records import RecordedEvent, SessionInfo, VerifyReport
 from .reducer import fold_json
 from . import timetravel
 from . import verify as verifying
+from .checkpoint import Checkpoint
 from .engine import Engine
 from .files import text_out
 from .text import shorten
@@ -506,22 +507,45 @@ def _tree(infos: Sequence[SessionInfo], current: str) -> str:
 
 
 def _verify(report: VerifyReport) -> str:
+    erased = "".join(f"<li>{_e(n.message)}</li>" for n in report.notices)
+    erased = f'<p class="muted">Erased through the API:</p><ul>{erased}</ul>' if erased else ""
     if report.ok:
         return (
             f"{_badge('ok')} hash chain and snapshots check out "
             f"<span class=muted>({report.events} events, {report.snapshots} snapshots checked)</span>"
+            + erased
         )
-    items = "".join(f"<li>{_e(p)}</li>" for p in report.problems)
-    return f"{_badge('problems found', 'bad')}<ul>{items}</ul>"
+    items = "".join(f"<li>{_e(p.message)}</li>" for p in report.problems)
+    return f"{_badge('problems found', 'bad')}<ul>{items}</ul>{erased}"
 
 
-def render_report(engine: Engine, session: str, version: int | None = None) -> str:
+def _checkpoint(checkpoint: Checkpoint | None, report: VerifyReport) -> str:
+    if checkpoint is None:
+        return '<span class="empty">none used: checked against the hash chain only</span>'
+    verdict = _badge("extended", "ok") if report.ok else _badge("not extended", "bad")
+    return (
+        f"{verdict} signed checkpoint of {_e(_ts(checkpoint.created_at))} "
+        f"<span class=muted>(origin {_e(checkpoint.origin)}, {len(checkpoint.sessions):,} "
+        "sessions anchored)</span>"
+    )
+
+
+def render_report(
+    engine: Engine,
+    session: str,
+    version: int | None = None,
+    *,
+    checkpoint: Checkpoint | None = None,
+    public_key: bytes | None = None,
+) -> str:
     """The audit report of a session as one self-contained HTML page.
 
     Args:
         engine: the engine of the store to read.
         session: the session id.
         version: render the session as it was after this event; ``None`` for its head.
+        checkpoint: a signed checkpoint the verify result must also prove the database
+            extends (with ``public_key``, the key it must be signed with).
 
     Returns:
         The page, as text (UTF-8 when written out).
@@ -545,7 +569,7 @@ def render_report(engine: Engine, session: str, version: int | None = None) -> s
         return new
 
     turns = build_turns(events, start, fold=fold)
-    checked = verifying.verify(engine, session)
+    checked = verifying.verify(engine, session, checkpoint=checkpoint, public_key=public_key)
 
     actors = Counter(ev.actor or "(none)" for ev in events)
     first = events[0].version if events else 0
@@ -561,7 +585,7 @@ def render_report(engine: Engine, session: str, version: int | None = None) -> s
             or '<span class="empty">none</span>',
         ),
         ("Verify", _verify(checked)),
-        ("Checkpoint", '<span class="empty">none used: checked against the hash chain only</span>'),
+        ("Checkpoint", _checkpoint(checkpoint, checked)),
     ]
     if info.parent is not None:
         facts.insert(3, ("Forked from", f"<code>{_e(info.parent)}@{info.fork_version}</code>"))
@@ -698,15 +722,18 @@ def report(
     *,
     against: tuple[str, int | None] | None = None,
     out: Any = None,
+    checkpoint: Checkpoint | None = None,
+    public_key: bytes | None = None,
 ) -> str:
     """The page :meth:`eventstore.EventStore.report` returns: the session's report, or
     with ``against`` the diff from ``(session, version)`` to that ref; also written to
     ``out`` (a path, written to ``PATH.part`` and renamed when complete, or a text file
-    object) when given."""
+    object) when given. With ``checkpoint`` and ``public_key``, the session's verify result
+    also proves the database still extends that signed checkpoint."""
     if against is not None:
         page = render_diff_report(engine, (session, version), against)
     else:
-        page = render_report(engine, session, version)
+        page = render_report(engine, session, version, checkpoint=checkpoint, public_key=public_key)
     if out is not None:
         with text_out(out) as fh:
             fh.write(page)

@@ -495,6 +495,8 @@ class EventStore(StoreBase):
         *,
         against: tuple[str, int | None] | None = None,
         out: str | os.PathLike[str] | IO[str] | None = None,
+        checkpoint: Checkpoint | None = None,
+        public_key: bytes | None = None,
     ) -> str:
         """The audit report of a session as one self-contained HTML page; see
         :mod:`eventstore.report`.
@@ -506,8 +508,19 @@ class EventStore(StoreBase):
                 ``(session, version)`` to this ref instead.
             out: also write the page here: a path (written to ``PATH.part`` and renamed
                 when complete) or a text file object.
+            checkpoint: a signed checkpoint (with ``public_key``, the PEM public key it
+                must be signed with) the page's verify result also checks the database
+                still extends; the header says which one was used.
 
         Returns:
             The page.
         """
-        return reporting.report(self._engine, session, version, against=against, out=out)
+        return reporting.report(
+            self._engine,
+            session,
+            version,
+            against=against,
+            out=out,
+            checkpoint=checkpoint,
+            public_key=public_key,
+        )

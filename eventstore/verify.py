@@ -205,7 +205,9 @@ def verify(
             progress(i, len(rows), row.id)
     if checkpoint is not None:
         for p in _against_checkpoint(engine, checkpoint, public_key):
-            if session is None or p.session in (None, session):
+            # Findings about the checkpoint as a whole (a bad signature) have no session:
+            # they hold whichever session is asked about.
+            if session is None or p.session in ("", session):
                 (notices if p.kind == "erased" else problems).append(p)
         notices = list({(n.session, n.kind): n for n in notices}.values())
     return VerifyReport(

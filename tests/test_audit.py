@@ -556,3 +556,14 @@ def test_an_import_that_fails_late_writes_nothing(store: EventStore, other_url: 
         assert target.sessions() == []
         assert [r.status for r in target.import_(io.StringIO(out.getvalue()))] == ["created", "created"]
         assert target.verify().ok and target.load("b").to_json() == store.load("b").to_json()
+
+
+def test_a_foreign_signature_fails_verify_of_one_session_too(store: EventStore) -> None:
+    # The signature is about the whole checkpoint: asking about one session must not hide it.
+    store.append("s1", [{"type": "send", "id": "u-1", "text": "hi"}], expected_version=0)
+    private, _ = generate_keypair()
+    _, stranger = generate_keypair()
+    cp = store.checkpoint(private)
+    report = store.verify("s1", checkpoint=cp, public_key=stranger)
+    assert not report.ok
+    assert [p.kind for p in report.problems] == ["bad_signature"]

@@ -26,7 +26,14 @@ from report_sessions import (
 )
 from typer.testing import CliRunner
 
-from eventstore import CompactedError, EventStore, InvalidEvent, SessionNotFound, VersionNotFound
+from eventstore import (
+    CompactedError,
+    EventStore,
+    InvalidEvent,
+    SessionNotFound,
+    VersionNotFound,
+    generate_keypair,
+)
 from eventstore.report import INTERRUPTED
 from eventstore_cli.app import app
 
@@ -232,3 +239,33 @@ def test_cli_report_writes_the_page(tmp_path: Path) -> None:
     assert r.exit_code == 1 and "demo@x" in r.stderr, r.stderr
     r = runner.invoke(app, ["--db", db, "report", "demo", "--at", "-1"])
     assert r.exit_code == 2
+
+
+def test_the_header_names_the_checkpoint_the_verify_result_used(store: EventStore) -> None:
+    record_demo(store)
+    private, public = generate_keypair()
+    cp = store.checkpoint(private)
+    assert "none used" in store.report("demo")
+    page = store.report("demo", checkpoint=cp, public_key=public)
+    assert "signed checkpoint of" in page and ">extended<" in page and "not extended" not in page
+    # Signed by someone else: the page says the database does not extend it.
+    _, stranger = generate_keypair()
+    assert "not extended" in store.report("demo", checkpoint=cp, public_key=stranger)
+
+
+def test_cli_report_takes_a_checkpoint_and_its_public_key(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    with EventStore(db) as s:
+        s.migrate()
+        record_demo(s)
+    runner = CliRunner()
+    key = tmp_path / "k"
+    assert runner.invoke(app, ["keygen", "--out", str(key)]).exit_code == 0
+    cp = tmp_path / "cp.json"
+    r = runner.invoke(app, ["--db", db, "checkpoint", "--key", str(key), "-o", str(cp)])
+    assert r.exit_code == 0, r.stderr
+    r = runner.invoke(app, ["--db", db, "report", "demo", "--checkpoint", str(cp), "--public-key", f"{key}.pub"])
+    assert r.exit_code == 0, r.stderr
+    assert "signed checkpoint of" in r.stdout and "not extended" not in r.stdout
+    r = runner.invoke(app, ["--db", db, "report", "demo", "--checkpoint", str(cp)])
+    assert r.exit_code == 2 and "go together" in r.stderr

@@ -793,6 +793,12 @@ def report(
     against: str | None = typer.Option(
         None, "--diff", metavar="B[@V]", help="Render the difference from SESSION[@V] to this ref instead."
     ),
+    checkpoint: Path | None = typer.Option(
+        None, "--checkpoint", metavar="FILE", help="Also show whether the database still extends this signed checkpoint."
+    ),
+    public_key: Path | None = typer.Option(
+        None, "--public-key", metavar="FILE", help="The public key the checkpoint must be signed with."
+    ),
 ) -> None:
     """Write the audit report: one self-contained HTML page to open in any browser.
 
@@ -803,10 +809,18 @@ def report(
     give `eventstore checkout`. Nothing in the page loads from the network or runs code
     from the log. With --diff, the page shows what differs between two refs instead.
     """
+    from .keys import read_checkpoint, read_key
+
     session, version = resolve_version(ref, at)
     other = parse_ref(against) if against is not None else None
+    if (checkpoint is None) != (public_key is None):
+        usage("--checkpoint and --public-key go together")
+    if checkpoint is not None and other is not None:
+        usage("--checkpoint goes with a session's report, not with --diff")
+    cp = read_checkpoint(checkpoint) if checkpoint is not None else None
+    key = read_key(public_key, private=False) if public_key is not None else None
     with open_store(ctx) as store:
-        page = store.report(session, version, against=other, out=output)
+        page = store.report(session, version, against=other, out=output, checkpoint=cp, public_key=key)
     if output is None:
         sys.stdout.write(page)
         sys.stdout.flush()
