@@ -21,7 +21,7 @@ from .aio import run
 from .codec import encode_action
 from .engine import Engine
 from .errors import EventStoreError, InvalidEvent, StorageError
-from .streaming import flush_turns, open_turn, release_lease
+from .streaming import TurnView, flush_turns, open_turn, release_lease
 from .turnplan import INTERRUPTION, MAX_PENDING, Pending, TurnState, turn_action
 
 __all__ = ["AsyncStreamingTurn", "AsyncTurnWriter"]
@@ -172,7 +172,7 @@ class AsyncTurnWriter:
             await self._task
 
 
-class AsyncStreamingTurn:
+class AsyncStreamingTurn(TurnView):
     """Twin of :class:`eventstore.StreamingTurn`: ``async with astore.turn(...) as turn``,
     ``await turn.write(part)``, ``await turn.flush()``, ``await turn.stop()``."""
 
@@ -181,7 +181,9 @@ class AsyncStreamingTurn:
     ) -> None:
         self._writer = writer
         self._args = (session, send_action, actor, max_delay)
-        self._state: TurnState | None = None
+        self._state = None
+
+    _usage = "async with astore.turn(...) as turn:"
 
     async def __aenter__(self) -> AsyncStreamingTurn:
         session, send_action, actor, max_delay = self._args
@@ -199,33 +201,6 @@ class AsyncStreamingTurn:
         tb: TracebackType | None,
     ) -> None:
         await self._writer.finish(self._open(), interrupted=exc_type is not None)
-
-    def _open(self) -> TurnState:
-        if self._state is None:
-            raise InvalidEvent(
-                "the turn is not open: use it as `async with astore.turn(...) as turn:`"
-            )
-        return self._state
-
-    @property
-    def session(self) -> str:
-        """The session id."""
-        return self._open().session
-
-    @property
-    def version(self) -> int:
-        """The newest head version this turn knows to be durable."""
-        return self._open().row.head
-
-    @property
-    def stopped(self) -> bool:
-        """Whether a stop, crash recovery or a close ended the turn."""
-        return self._open().stopped
-
-    @property
-    def dropped(self) -> int:
-        """How many written parts were dropped because the turn stopped first."""
-        return self._open().dropped
 
     async def write(self, part: Mapping[str, Any] | Any) -> None:
         """Twin of :meth:`eventstore.StreamingTurn.write`."""

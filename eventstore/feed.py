@@ -37,6 +37,7 @@ from .records import RecordedEvent
 
 __all__ = [
     "FeedKey",
+    "FollowView",
     "parse_position",
     "position",
     "Pacer",
@@ -188,7 +189,34 @@ class FollowState:
         return max(0.0, self._clock() - self.last.recorded_at.timestamp())
 
 
-class Follower(Iterator[RecordedEvent]):
+class FollowView:
+    """What a follower tells about itself (shared by :class:`Follower` and
+    :class:`AsyncFollower`); see :class:`Follower` for the attributes."""
+
+    _state: FollowState
+
+    @property
+    def lag(self) -> float:
+        """Seconds since the last handed-out event was recorded (``0.0`` once caught up)."""
+        return self._state.lag
+
+    @property
+    def caught_up(self) -> bool:
+        """The last read found nothing newer."""
+        return self._state.caught_up
+
+    @property
+    def position(self) -> str | None:
+        """The feed position of the last event handed out."""
+        return self._state.position
+
+    @property
+    def version(self) -> int | None:
+        """The version of the last event handed out."""
+        return self._state.version
+
+
+class Follower(FollowView, Iterator[RecordedEvent]):
     """What :meth:`~eventstore.EventStore.follow` and :meth:`~eventstore.EventStore.feed`
     return: an iterator of :class:`~eventstore.RecordedEvent` that also tells how far
     behind it is.
@@ -214,22 +242,6 @@ class Follower(Iterator[RecordedEvent]):
 
     def __next__(self) -> RecordedEvent:
         return next(self._events)
-
-    @property
-    def lag(self) -> float:
-        return self._state.lag
-
-    @property
-    def caught_up(self) -> bool:
-        return self._state.caught_up
-
-    @property
-    def position(self) -> str | None:
-        return self._state.position
-
-    @property
-    def version(self) -> int | None:
-        return self._state.version
 
     def close(self) -> None:
         """Stop following: the iterator ends and nothing stays open.
@@ -312,7 +324,7 @@ def wait_arg(wait: float) -> float | None:
     return None if wait == float("inf") else wait
 
 
-class AsyncFollower(AsyncIterator[RecordedEvent]):
+class AsyncFollower(FollowView, AsyncIterator[RecordedEvent]):
     """The async twin of :class:`Follower`: ``async for ev in follower``, with the same
     ``lag``, ``caught_up``, ``position`` and ``version``; ``await follower.aclose()`` (or
     ``close()`` from anywhere on the loop) stops it."""
@@ -327,22 +339,6 @@ class AsyncFollower(AsyncIterator[RecordedEvent]):
 
     async def __anext__(self) -> RecordedEvent:
         return await self._events.__anext__()
-
-    @property
-    def lag(self) -> float:
-        return self._state.lag
-
-    @property
-    def caught_up(self) -> bool:
-        return self._state.caught_up
-
-    @property
-    def position(self) -> str | None:
-        return self._state.position
-
-    @property
-    def version(self) -> int | None:
-        return self._state.version
 
     def close(self) -> None:
         """Stop following: a task waiting for the next event wakes up and its loop ends."""

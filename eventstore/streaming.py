@@ -52,7 +52,7 @@ from .turnplan import (
     writer_stale,
 )
 
-__all__ = ["DEFAULT_MAX_DELAY", "StreamingTurn", "TurnWriter", "close_session", "recover"]
+__all__ = ["DEFAULT_MAX_DELAY", "StreamingTurn", "TurnView", "TurnWriter", "close_session", "recover"]
 
 #: How long a text or reasoning delta may wait before it is durable, by default.
 DEFAULT_MAX_DELAY = 0.02
@@ -271,40 +271,16 @@ class TurnWriter:
             thread.join(timeout=30)
 
 
-class StreamingTurn:
-    """One streaming turn, as ``store.turn(...)`` returns it (a context manager).
+class TurnView:
+    """What a streaming turn tells about itself, sync or async (its :class:`TurnState`)."""
 
-    Entering stores the opening action (durable when ``__enter__`` returns) and takes the
-    session's writer lease; leaving flushes and gives the lease up. Leaving with an
-    exception also appends the interruption part (an ``error`` part, so no call stays
-    open) unless the turn was already stopped, and re-raises.
-    """
-
-    def __init__(
-        self, writer: TurnWriter, session: Any, send_action: Any, *, actor: Any, max_delay: Any
-    ) -> None:
-        self._writer = writer
-        self._args = (session, send_action, actor, max_delay)
-        self._state: TurnState | None = None
-
-    def __enter__(self) -> StreamingTurn:
-        session, send_action, actor, max_delay = self._args
-        if self._state is not None:
-            raise InvalidEvent("a turn can be entered only once")
-        self._state = self._writer.open(session, send_action, actor=actor, max_delay=max_delay)
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._writer.finish(self._open(), interrupted=exc_type is not None)
+    #: How to use the turn, for the error when it is used before being entered.
+    _usage = "with store.turn(...) as turn:"
+    _state: TurnState | None
 
     def _open(self) -> TurnState:
         if self._state is None:
-            raise InvalidEvent("the turn is not open: use it as `with store.turn(...) as turn:`")
+            raise InvalidEvent(f"the turn is not open: use it as `{self._usage}`")
         return self._state
 
     @property
@@ -332,6 +308,38 @@ class StreamingTurn:
     def dropped(self) -> int:
         """How many written parts were dropped because the turn stopped first."""
         return self._open().dropped
+
+
+class StreamingTurn(TurnView):
+    """One streaming turn, as ``store.turn(...)`` returns it (a context manager).
+
+    Entering stores the opening action (durable when ``__enter__`` returns) and takes the
+    session's writer lease; leaving flushes and gives the lease up. Leaving with an
+    exception also appends the interruption part (an ``error`` part, so no call stays
+    open) unless the turn was already stopped, and re-raises.
+    """
+
+    def __init__(
+        self, writer: TurnWriter, session: Any, send_action: Any, *, actor: Any, max_delay: Any
+    ) -> None:
+        self._writer = writer
+        self._args = (session, send_action, actor, max_delay)
+        self._state = None
+
+    def __enter__(self) -> StreamingTurn:
+        session, send_action, actor, max_delay = self._args
+        if self._state is not None:
+            raise InvalidEvent("a turn can be entered only once")
+        self._state = self._writer.open(session, send_action, actor=actor, max_delay=max_delay)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._writer.finish(self._open(), interrupted=exc_type is not None)
 
     def write(self, part: Mapping[str, Any] | Any) -> None:
         """Write one stream part (wrapped as a ``part`` action) or one action
