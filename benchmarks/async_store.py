@@ -221,7 +221,7 @@ def render(res: dict[str, Any], command: str) -> str:
         SECTION,
         "",
         f"`{command}` — {res['date']}; {m['uname']}, {m['nproc']} CPUs, Python {m['python']}; {pk}.",
-        f"PostgreSQL from `scripts/with-postgres` on the same machine. W tasks of one event loop, each",
+        "PostgreSQL from `scripts/with-postgres` on the same machine. W tasks of one event loop, each",
         "appending one event per call to its own session for "
         f"{res['seconds']:g} s; medians of {res['rounds']} rounds with the targets' order rotated.",
         "Throughput ratios are against the figures of the same run; CPU is this process's (all threads).",

@@ -36,7 +36,7 @@ from typing import Any
 
 from sqlalchemy import create_engine, text
 
-from benchmarks._common import machine
+from benchmarks._common import machine, record_section
 from eventstore.samples import chat_session
 from eventstore.storage.sqlite import DROP_AUDIT_DDL_V2
 from eventstore import EventStore
@@ -121,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     md = _markdown(result, quick=args.quick)
     print(md)
     if not args.no_record:
-        _record(md)
+        record_section(RESULTS, SECTION, md)
     return 0
 
 
@@ -141,16 +141,6 @@ def _markdown(r: dict[str, Any], *, quick: bool) -> str:
         f"| 1 turn (≈ 86 events) per transaction | {r['append_1_turn_per_txn']:.2f}× |\n"
     )
 
-
-def _record(md: str) -> None:
-    text_ = RESULTS.read_text(encoding="utf-8")
-    start = text_.find(SECTION + "\n")
-    if start < 0:
-        text_ = text_.rstrip("\n") + "\n\n" + md
-    else:
-        end = text_.find("\n## ", start + 1)
-        text_ = text_[:start] + md + ("" if end < 0 else text_[end:])
-    RESULTS.write_text(text_, encoding="utf-8")
 
 
 # -- checkpoints, verify and import memory ---------------------------------------------------

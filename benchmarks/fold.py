@@ -26,7 +26,6 @@ import datetime as dt
 import gc
 import json
 import math
-import re
 import statistics
 import sys
 import time
@@ -37,7 +36,7 @@ from typing import Any
 import orjson
 
 from benchmarks._common import machine as _machine
-from benchmarks._common import timed
+from benchmarks._common import record_section, timed
 from eventstore.reducer import fold, fold_json
 from eventstore.samples import chat_session
 
@@ -322,17 +321,6 @@ def render(r: dict[str, Any], command: str) -> str:
     return "\n".join(lines)
 
 
-def record(results_md: Path, section: str) -> None:
-    """Replace (or append) the fold section of RESULTS.md, leaving other sections alone."""
-    text = results_md.read_text() if results_md.exists() else "# Benchmark results\n\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: section + "\n", text, count=1)
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    results_md.write_text(text)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the fold benchmark, print a markdown table and write ``benchmarks/out/fold.json``.
 
@@ -360,7 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(r, indent=2) + "\n")
     if args.results is not None:
-        record(args.results, section)
+        record_section(args.results, SECTION, section)
     return 0 if r["targets"]["ratio_ok"] and r["targets"]["growth_ok"] else 1
 
 

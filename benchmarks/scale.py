@@ -43,7 +43,7 @@ from typing import Any
 
 import psycopg
 
-from benchmarks._common import machine
+from benchmarks._common import machine, record_section
 from eventstore.samples import chat_session
 from eventstore import EventStore
 
@@ -476,17 +476,6 @@ def render(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _record(text: str) -> None:
-    body = RESULTS.read_text(encoding="utf-8") if RESULTS.exists() else "# Benchmark results\n"
-    if SECTION + "\n" in body:
-        start = body.index(SECTION + "\n")
-        nxt = body.find("\n## ", start + len(SECTION))
-        body = body[:start] + text + ("\n" + body[nxt + 1 :] if nxt != -1 else "")
-    else:
-        body = body.rstrip("\n") + "\n\n" + text
-    RESULTS.write_text(body, encoding="utf-8")
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the three parts and write ``benchmarks/out/scale.json`` and RESULTS.md."""
     ap = argparse.ArgumentParser(
@@ -531,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
     text = render(res)
     print(text)
     if not args.no_record:
-        _record(text)
+        record_section(RESULTS, SECTION, text)
     return 0
 
 

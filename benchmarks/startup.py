@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import resource
 import statistics
 import subprocess
@@ -33,7 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import machine
+from benchmarks._common import machine, record_section
 
 __all__ = ["main"]
 
@@ -193,17 +192,6 @@ def markdown(result: dict[str, Any], argv: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-def record(results_md: Path, section: str) -> None:
-    """Replace (or append) this section of RESULTS.md, leaving the others alone."""
-    text = results_md.read_text() if results_md.exists() else "# Benchmark results\n\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: section + "\n", text, count=1)
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    results_md.write_text(text)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Measure, print the markdown section, optionally record it; 0 when every target is met."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -220,6 +208,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     section = markdown(result, args)
     print(section)
     if ns.results is not None:
-        record(ns.results, section)
+        record_section(ns.results, SECTION, section)
     ok = all(TARGETS[r["case"]][1](r) for r in result["rows"] if r["case"] in TARGETS)
     return 0 if ok else 1

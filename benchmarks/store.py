@@ -45,7 +45,7 @@ import orjson
 import psycopg
 from psycopg.types.json import set_json_loads
 
-from benchmarks._common import run_times
+from benchmarks._common import record_section, run_times
 from eventstore.reducer import fold_json
 from eventstore.samples import chat_session
 from eventstore import EventStore
@@ -657,17 +657,6 @@ def render(res: dict[str, Any], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _record(section: str, path: Path) -> None:
-    text = path.read_text() if path.exists() else "# Benchmark results\n"
-    start = text.find(SECTION + "\n")
-    if start >= 0:
-        nxt = text.find("\n## ", start + len(SECTION))
-        text = text[:start] + section + (text[nxt + 1 :] if nxt >= 0 else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.write_text(text)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks store", description=__doc__.splitlines()[0]
@@ -703,7 +692,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     section = render(res, command)
     print(section)
     if not args.no_record:
-        _record(section, args.results)
+        record_section(args.results, SECTION, section)
     return 0
 
 

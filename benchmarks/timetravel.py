@@ -35,7 +35,6 @@ import gc
 import io
 import json
 import os
-import re
 import statistics
 import sys
 import time
@@ -47,7 +46,7 @@ from tempfile import TemporaryDirectory
 from typing import Any
 
 from benchmarks._common import machine as _machine
-from benchmarks._common import timed
+from benchmarks._common import record_section, timed
 from eventstore import EventStore
 from eventstore.samples import chat_session
 
@@ -281,16 +280,6 @@ def render(r: dict[str, Any], command: str) -> str:
     return "\n".join(lines)
 
 
-def record(results_md: Path, section: str) -> None:
-    text = results_md.read_text(encoding="utf-8") if results_md.exists() else "# Benchmark results\n\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
-    if pattern.search(text):
-        text = pattern.sub(lambda _m: section + "\n", text)
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    results_md.write_text(text, encoding="utf-8")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks timetravel", description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="10k events instead of 100k")
@@ -308,7 +297,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     section = render(r, command.strip())
     print(section)
     if a.results is not None:
-        record(a.results, section)
+        record_section(a.results, SECTION, section)
     worst = max(b["branch"]["ratio"] for b in r["backends"].values())
     return 0 if worst <= MAX_BRANCH_RATIO else 1
 
