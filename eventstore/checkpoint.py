@@ -26,17 +26,20 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import (
-    Ed25519PrivateKey,
-    Ed25519PublicKey,
-)
 
 from .errors import CheckpointError
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+        Ed25519PrivateKey,
+        Ed25519PublicKey,
+    )
+
+# `cryptography` is imported by the functions that sign or verify: it costs more start-up
+# time than the rest of this module, and most commands never touch a key.
 
 __all__ = [
     "FORMAT",
@@ -77,6 +80,9 @@ def generate_keypair() -> tuple[bytes, bytes]:
         off the database host) and the public key as SubjectPublicKeyInfo PEM (give it to
         whoever verifies).
     """
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     key = Ed25519PrivateKey.generate()
     private_pem = key.private_bytes(
         serialization.Encoding.PEM,
@@ -95,6 +101,9 @@ def load_private_key(pem: bytes | Ed25519PrivateKey) -> Ed25519PrivateKey:
     Raises:
         CheckpointError: not PEM, encrypted, or not an Ed25519 private key.
     """
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     if isinstance(pem, Ed25519PrivateKey):
         return pem
     if not isinstance(pem, (bytes, bytearray)):
@@ -116,6 +125,9 @@ def load_public_key(pem: bytes | Ed25519PublicKey) -> Ed25519PublicKey:
     Raises:
         CheckpointError: not PEM, or not an Ed25519 public key.
     """
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     if isinstance(pem, Ed25519PublicKey):
         return pem
     if not isinstance(pem, (bytes, bytearray)):
@@ -425,6 +437,8 @@ def check_checkpoint(
     Raises:
         CheckpointError: the key is unusable, or ``current_heads`` names a session twice.
     """
+    from cryptography.exceptions import InvalidSignature
+
     key = load_public_key(public_key)
     try:
         key.verify(checkpoint.signature, checkpoint.signed_bytes())

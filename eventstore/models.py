@@ -177,7 +177,7 @@ class SessionState(BaseModel):
         {'messages': [], 'status': 'idle'}
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, defer_build=True)
 
     messages: list[Message]
     status: Status
@@ -230,7 +230,7 @@ class WireModel(BaseModel):
     """Common configuration of every action and stream part model."""
 
     model_config = ConfigDict(
-        frozen=True, extra="forbid", strict=True, populate_by_name=True
+        frozen=True, extra="forbid", strict=True, populate_by_name=True, defer_build=True
     )
 
     def to_json(self) -> dict[str, Any]:  # pragma: no cover - every subclass overrides
@@ -472,9 +472,12 @@ PART_TYPES: tuple[str, ...] = (
 """The valid stream part ``type`` values, in the order docs/format.md lists them."""
 
 _ACTION_CLASSES = (SendAction, PartAction, ToolPhaseAction, StopAction, RetryAction, ResetAction)
-_ACTION_ADAPTER: TypeAdapter[Any] = TypeAdapter(Action)
+# Validators are built on first use (``defer_build``), not at import: a command that only
+# reads the log never pays for them.
+_DEFERRED = ConfigDict(defer_build=True)
+_ACTION_ADAPTER: TypeAdapter[Any] = TypeAdapter(Action, config=_DEFERRED)
 # A whole batch in one call into pydantic-core (parse_actions' fast path).
-_ACTIONS_ADAPTER: TypeAdapter[Any] = TypeAdapter(list[Action])
+_ACTIONS_ADAPTER: TypeAdapter[Any] = TypeAdapter(list[Action], config=_DEFERRED)
 
 
 # --------------------------------------------------------------------------- parsing

@@ -19,7 +19,6 @@ from typing import Any
 from sqlalchemy import Connection, Engine, create_engine, event, func, literal_column, select
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import AsyncAdaptedQueuePool
 
 from .base import EventRow, SnapshotRow
@@ -209,6 +208,10 @@ def _async_engine(url: str, echo: bool, pool_size: int) -> Engine:
     aiosqlite runs every connection on a dedicated thread, so a statement that waits for
     the write lock (``busy_timeout``) blocks that thread, never the event loop.
     """
+    # SQLAlchemy's asyncio layer is imported here, not at the top: the sync store (and
+    # every CLI command) would pay for it at start-up without using it.
+    from sqlalchemy.ext.asyncio import create_async_engine
+
     u = make_url(url).set(drivername="sqlite+aiosqlite")
     if u.database in (None, "", ":memory:"):
         # One connection, handed to one task at a time: the default StaticPool would
