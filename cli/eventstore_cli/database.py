@@ -6,6 +6,7 @@ SQLite URL whose file does not exist instead of leaving an empty file behind.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -46,6 +47,12 @@ def open_store(ctx: Any, *, create: bool = False) -> Iterator[EventStore]:
             kind="SchemaError",
         )
     with EventStore(url) as store:
+        # The imports are done: what they built lives as long as the process, so it is
+        # moved out of the collector's sight, and collection resumes for the command's own
+        # objects (main() paused it for start-up; an embedding process keeps its own).
+        if not gc.isenabled():
+            gc.freeze()
+            gc.enable()
         yield store
 
 
