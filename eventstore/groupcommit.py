@@ -34,6 +34,7 @@ from .aio import run
 from .engine import AppendRequest, Engine, PlannedAppend, now_micros
 from .errors import EventStoreError, StorageError
 from .records import AppendResult
+from .storage.base import EventIdRace
 
 __all__ = ["AppendGroup", "MAX_GROUP"]
 
@@ -51,18 +52,21 @@ class AppendGroup:
     """
 
     def __init__(self, engine: Engine, *, max_group: int = MAX_GROUP) -> None:
-        self._engine = engine
+        self._eng = engine
         self._max = max_group
         # Whether a transaction of this group is in flight (a lone append or a group).
         self._busy = False
+        self._idle = asyncio.Event()
+        self._idle.set()
         self._queue: list[_Waiter] = []
         self._task: asyncio.Task[None] | None = None
 
     async def append(self, req: AppendRequest) -> AppendResult:
         """Append a prepared batch; its result or error is exactly a lone append's."""
-        eng = self._engine
+        eng = self._eng
         if not self._busy:
             self._busy = True
+            self._idle.clear()
             try:
                 return await run(eng.append_request, req)
             finally:
@@ -78,17 +82,17 @@ class AppendGroup:
         return await run(eng.append_request, req)
 
     async def close(self) -> None:
-        """Wait until the appends queued so far are committed (or have failed)."""
-        task = self._task
-        if task is not None:
-            await asyncio.shield(task)
+        """Wait until the appends in flight and queued are committed (or have failed)."""
+        await self._idle.wait()
 
     def _next(self) -> None:
         """After a transaction: commit what queued meanwhile, or become idle."""
         if self._queue:
+            # Referenced here: the loop keeps only a weak reference to a task.
             self._task = asyncio.get_running_loop().create_task(self._commit_queued())
         else:
             self._busy = False
+            self._idle.set()
 
     async def _commit_queued(self) -> None:
         try:
@@ -105,6 +109,7 @@ class AppendGroup:
         finally:
             self._busy = False
             self._task = None
+            self._idle.set()
 
     def _take(self) -> list[_Waiter]:
         """The next group: at most ``max_group`` appends, one per session, in arrival
@@ -127,14 +132,16 @@ class AppendGroup:
         return group
 
     async def _commit(self, group: list[_Waiter]) -> None:
-        eng = self._engine
+        eng = self._eng
         try:
             written = await run(eng.append_planned, [planned for planned, _ in group])
+        except EventIdRace:
+            written = [False] * len(group)  # nothing written; alone, each finds out
         except StorageError as exc:
             if exc.retryable:
                 _fail(group, exc)
                 return
-            written = [False] * len(group)  # nothing written (an event id race, ...)
+            written = [False] * len(group)  # nothing written
         except EventStoreError:
             written = [False] * len(group)
         except BaseException as exc:
