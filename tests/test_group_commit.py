@@ -11,9 +11,11 @@ once, alone, and every other one is queued before its round trip ends.
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import Engine, text
+from sqlalchemy.util import await_
 
 from conftest import make_store
 from eventstore import (
@@ -21,8 +23,11 @@ from eventstore import (
     AsyncEventStore,
     ConcurrencyError,
     EventIdConflict,
+    InvalidEvent,
     SessionClosed,
+    StorageError,
 )
+from eventstore.groupcommit import AppendGroup
 from eventstore.reducer import fold_json
 
 N = 12
@@ -193,3 +198,53 @@ def test_close_waits_for_the_group_in_flight(db_url: str) -> None:
         return await asyncio.gather(*tasks)
 
     assert [r.version for r in asyncio.run(scenario())] == [2, 2, 2, 2]
+
+
+class _FakeEngine:
+    """The engine calls AppendGroup makes, with a chosen failure of the group's write."""
+
+    def __init__(self, group_error: Exception | None) -> None:
+        self.group_error = group_error
+        self.lone: list[str] = []
+        self.groups: list[list[str]] = []
+
+    def append_request(self, req: Any) -> str:
+        await_(asyncio.sleep(0.01))  # a round trip: the others queue meanwhile
+        self.lone.append(req)
+        return f"{req} alone"
+
+    def plan_optimistic(self, req: Any, now: int) -> Any:
+        return SimpleNamespace(request=req, row=SimpleNamespace(pk=int(req[1:])))
+
+    def append_planned(self, planned: list[Any]) -> list[bool]:
+        await_(asyncio.sleep(0.01))
+        self.groups.append([p.request for p in planned])
+        if self.group_error is not None:
+            raise self.group_error
+        return [p.request != "s3" for p in planned]  # s3's head check fails
+
+    def appended(self, planned: Any) -> str:
+        return f"{planned.request} grouped"
+
+
+async def _five(engine: _FakeEngine) -> list[Any]:
+    group = AppendGroup(engine)  # type: ignore[arg-type]
+    out = await asyncio.gather(*(group.append(f"s{i}") for i in range(5)), return_exceptions=True)  # type: ignore[arg-type]
+    await group.close()
+    return out
+
+
+def test_the_group_redoes_alone_what_failed_its_check_or_a_plain_error() -> None:
+    engine = _FakeEngine(None)
+    assert asyncio.run(_five(engine)) == ["s0 alone", "s1 grouped", "s2 grouped", "s3 alone", "s4 grouped"]
+    assert engine.groups == [["s1", "s2", "s3", "s4"]] and engine.lone == ["s0", "s3"]
+    engine = _FakeEngine(InvalidEvent("not worth retrying"))
+    assert asyncio.run(_five(engine)) == [f"s{i} alone" for i in range(5)]
+
+
+def test_a_retryable_failure_of_the_group_reaches_each_of_its_appends() -> None:
+    """A lost connection may have committed the group: nothing is redone blindly."""
+    lost = StorageError("connection lost", retryable=True)
+    engine = _FakeEngine(lost)
+    assert asyncio.run(_five(engine)) == ["s0 alone", lost, lost, lost, lost]
+    assert engine.lone == ["s0"]
