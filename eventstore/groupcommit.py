@@ -24,6 +24,10 @@ gives:
   :class:`~eventstore.errors.StorageError` (a lost connection may have committed) is
   raised to every append of the group, as a lone append would raise it;
 - the planner's caches are updated only after the commit.
+
+A transaction held up by a session row that another transaction keeps locked (a long
+compaction elsewhere) holds up only its own appends: once it has been in flight for
+:data:`STALL_AFTER`, the appends queued behind it go in a transaction of their own.
 """
 
 from __future__ import annotations
@@ -36,41 +40,59 @@ from .errors import EventStoreError, StorageError
 from .records import AppendResult
 from .storage.base import EventIdRace
 
-__all__ = ["AppendGroup", "MAX_GROUP"]
+__all__ = ["AppendGroup", "MAX_GROUP", "STALL_AFTER"]
 
 #: The most appends one group commit writes; the rest wait for the next.
 MAX_GROUP = 256
+#: Seconds a transaction may be in flight before the appends queued behind it stop
+#: waiting for it and go in another one.
+STALL_AFTER = 0.05
 
 _Waiter = tuple[PlannedAppend, "asyncio.Future[AppendResult | None]"]
+
+
+class _Flight:
+    """One transaction of the group in flight (a lone append or a group commit)."""
+
+    __slots__ = ("stalled", "timer")
+
+    def __init__(self) -> None:
+        self.stalled = False
+        self.timer: asyncio.TimerHandle | None = None
 
 
 class AppendGroup:
     """The group commit of one async store's appends (one event loop).
 
     ``append`` is what :meth:`AsyncEventStore.append <eventstore.AsyncEventStore.append>`
-    awaits; ``close`` waits for the group in flight.
+    awaits; ``close`` waits for the transactions in flight.
     """
 
-    def __init__(self, engine: Engine, *, max_group: int = MAX_GROUP) -> None:
+    def __init__(
+        self, engine: Engine, *, max_group: int = MAX_GROUP, stall_after: float = STALL_AFTER
+    ) -> None:
         self._eng = engine
         self._max = max_group
-        # Whether a transaction of this group is in flight (a lone append or a group).
-        self._busy = False
+        self._stall_after = stall_after
+        # Transactions in flight, and those of them not yet stalled: appends queue only
+        # behind a transaction that is not stalled.
+        self._flying = 0
+        self._fresh = 0
         self._idle = asyncio.Event()
         self._idle.set()
         self._queue: list[_Waiter] = []
-        self._task: asyncio.Task[None] | None = None
+        # Referenced here: the loop keeps only a weak reference to a task.
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def append(self, req: AppendRequest) -> AppendResult:
         """Append a prepared batch; its result or error is exactly a lone append's."""
         eng = self._eng
-        if not self._busy:
-            self._busy = True
-            self._idle.clear()
+        if not self._fresh:
+            flight = self._take_off()
             try:
                 return await run(eng.append_request, req)
             finally:
-                self._next()
+                self._land(flight)
         planned = eng.plan_optimistic(req, now_micros())
         if planned is not None:
             done: asyncio.Future[AppendResult | None] = asyncio.get_running_loop().create_future()
@@ -85,31 +107,38 @@ class AppendGroup:
         """Wait until the appends in flight and queued are committed (or have failed)."""
         await self._idle.wait()
 
-    def _next(self) -> None:
-        """After a transaction: commit what queued meanwhile, or become idle."""
-        if self._queue:
-            # Referenced here: the loop keeps only a weak reference to a task.
-            self._task = asyncio.get_running_loop().create_task(self._commit_queued())
-        else:
-            self._busy = False
+    def _take_off(self) -> _Flight:
+        flight = _Flight()
+        self._flying += 1
+        self._fresh += 1
+        self._idle.clear()
+        flight.timer = asyncio.get_running_loop().call_later(self._stall_after, self._stalled, flight)
+        return flight
+
+    def _stalled(self, flight: _Flight) -> None:
+        flight.stalled = True
+        self._fresh -= 1
+        self._kick()
+
+    def _land(self, flight: _Flight) -> None:
+        if flight.timer is not None:
+            flight.timer.cancel()
+        if not flight.stalled:
+            self._fresh -= 1
+        self._flying -= 1
+        self._kick()
+        if not self._flying:
             self._idle.set()
 
-    async def _commit_queued(self) -> None:
-        try:
-            while self._queue:
-                group = self._take()
-                if group:
-                    await self._commit(group)
-        except BaseException as exc:
-            # Cancelled (the loop is closing) or a bug: no waiter is left hanging.
-            queued, self._queue = self._queue, []
-            _fail(queued, exc)
-            if isinstance(exc, asyncio.CancelledError):
-                raise
-        finally:
-            self._busy = False
-            self._task = None
-            self._idle.set()
+    def _kick(self) -> None:
+        """Commit what is queued, unless a transaction that is not stalled is in flight
+        (then it starts the next group when it lands)."""
+        while self._queue and not self._fresh:
+            group = self._take()
+            if group:
+                task = asyncio.get_running_loop().create_task(self._commit(group, self._take_off()))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
 
     def _take(self) -> list[_Waiter]:
         """The next group: at most ``max_group`` appends, one per session, in arrival
@@ -131,26 +160,31 @@ class AppendGroup:
         group.sort(key=lambda item: item[0].row.pk)
         return group
 
-    async def _commit(self, group: list[_Waiter]) -> None:
+    async def _commit(self, group: list[_Waiter], flight: _Flight) -> None:
         eng = self._eng
         try:
-            written = await run(eng.append_planned, [planned for planned, _ in group])
-        except EventIdRace:
-            written = [False] * len(group)  # nothing written; alone, each finds out
-        except StorageError as exc:
-            if exc.retryable:
-                _fail(group, exc)
-                return
-            written = [False] * len(group)  # nothing written
-        except EventStoreError:
-            written = [False] * len(group)
+            try:
+                written = await run(eng.append_planned, [planned for planned, _ in group])
+            except EventIdRace:
+                written = [False] * len(group)  # nothing written; alone, each finds out
+            except StorageError as exc:
+                if exc.retryable:
+                    _fail(group, exc)
+                    return
+                written = [False] * len(group)  # nothing written
+            except EventStoreError:
+                written = [False] * len(group)
+            for (planned, done), ok in zip(group, written):
+                result = eng.appended(planned) if ok else None
+                if not done.done():
+                    done.set_result(result)
         except BaseException as exc:
+            # Cancelled (the loop is closing) or a bug: no waiter is left hanging.
             _fail(group, exc)
-            raise
-        for (planned, done), ok in zip(group, written):
-            result = eng.appended(planned) if ok else None
-            if not done.done():
-                done.set_result(result)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+        finally:
+            self._land(flight)
 
 
 def _fail(group: list[_Waiter], exc: BaseException) -> None:

@@ -248,3 +248,30 @@ def test_a_retryable_failure_of_the_group_reaches_each_of_its_appends() -> None:
     engine = _FakeEngine(lost)
     assert asyncio.run(_five(engine)) == ["s0 alone", lost, lost, lost, lost]
     assert engine.lone == ["s0"]
+
+
+def test_a_transaction_held_up_by_a_lock_does_not_hold_up_the_appends_queued_behind_it() -> None:
+    """The lone append of s0 waits (a row another transaction keeps locked): once it has
+    been in flight for the stall time, the appends queued behind it are committed
+    without waiting for it."""
+
+    async def scenario() -> list[Any]:
+        engine = _FakeEngine(None)
+        released = asyncio.Event()
+        lone = engine.append_request
+
+        def held(req: Any) -> str:
+            if req == "s0":
+                await_(released.wait())
+            return lone(req)
+
+        engine.append_request = held  # type: ignore[method-assign]
+        group = AppendGroup(engine, stall_after=0.01)  # type: ignore[arg-type]
+        first = asyncio.ensure_future(group.append("s0"))  # type: ignore[arg-type]
+        await asyncio.sleep(0)
+        others = await asyncio.wait_for(asyncio.gather(*(group.append(f"s{i}") for i in (1, 2, 4))), 30)  # type: ignore[arg-type]
+        assert not first.done()
+        released.set()
+        return [await first, *others]
+
+    assert asyncio.run(scenario()) == ["s0 alone", "s1 grouped", "s2 grouped", "s4 grouped"]
