@@ -229,7 +229,7 @@ def render(res: dict[str, Any], command: str) -> str:
         f"{res['seconds']:g} s; medians of {res['rounds']} rounds with the targets' order rotated.",
         "Throughput ratios are against the figures of the same run; CPU is this process's (all threads).",
         f"The machine was shared with other jobs: load average {res['load'][0]:.1f} before the run, "
-        f"{res['load'][1]:.1f} after (absolute rates move by ±30 % between runs; the ratios less).",
+        f"{res['load'][1]:.1f} after; rates move widely with the load from run to run, the ratios less.",
         "",
         "| W | async store (appends/s) | sync store in a thread pool | raw psycopg async "
         "| async ÷ thread-pool sync | async ÷ raw | CPU/append async | CPU/append sync | CPU/append raw "
