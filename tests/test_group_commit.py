@@ -168,6 +168,42 @@ def test_a_retried_append_in_a_group_gets_its_first_result_and_a_reused_id_confl
     asyncio.run(scenario())
 
 
+def test_a_grouped_append_leaves_a_live_turns_lease_alone(
+    backend: str, db_url: str, raw_engine: Engine
+) -> None:
+    """A plain append does not check a streaming turn's lease, grouped or not: a tool
+    runner's event lands in the group, the turn keeps its lease and builds on it."""
+
+    async def scenario() -> None:
+        async with await _opened(db_url) as store:
+            await _seed(store)
+            async with store.turn("s0", _send("t-1"), max_delay=60.0) as turn:
+                await turn.write({"type": "message-start", "messageId": "a-1"})
+                phase = {"type": "toolPhase", "name": "pay", "state": "awaiting-confirmation"}
+                results = await asyncio.gather(
+                    store.append("s1", [_send("s1-2")]),
+                    store.append("s0", [phase]),
+                    *(store.append(f"s{i}", [_send(f"s{i}-2")]) for i in range(2, N)),
+                )
+                assert results[1].version == 3  # the seed, the turn's send, the tool phase
+                info = {s.id: s for s in await store.sessions()}
+                assert info["s0"].writer_seen is not None  # the lease is the turn's still
+                assert await turn.flush() == 4 and not turn.stopped
+            assert [e.type async for e in store.history("s0")] == ["send", "send", "toolPhase", "part"]
+            await _consistent(store, "s0")
+
+    asyncio.run(scenario())
+    if backend != "sqlite":
+        with raw_engine.connect() as conn:
+            xacts = conn.execute(
+                text(
+                    "SELECT s.id, e.xmin::text FROM events e JOIN sessions s ON s.pk = e.session_pk"
+                    " WHERE (s.id = 's0' AND e.version = 3) OR (s.id = 's2' AND e.version = 2)"
+                )
+            ).all()
+        assert len(xacts) == 2 and xacts[0][1] == xacts[1][1]  # one transaction
+
+
 def test_appends_racing_on_one_session_are_each_written_once(db_url: str) -> None:
     """Several tasks on the same sessions: at most one append per session goes in a
     group; the others wait for the next one or take the lone path."""
