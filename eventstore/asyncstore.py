@@ -41,6 +41,7 @@ from .diff import SessionDiff
 from .engine import DEFAULT_SNAPSHOT_EVERY
 from .facade import StoreBase
 from .feed import AsyncFollower, FollowState
+from .groupcommit import AppendGroup
 from .models import Action, SessionState
 from .records import AppendResult, RecordedEvent, Recovery, SessionInfo, VerifyReport
 from .streaming import DEFAULT_MAX_DELAY
@@ -91,12 +92,14 @@ class AsyncEventStore(StoreBase):
             **storage_options,
         )
         self._streams = AsyncTurnWriter(self._engine)
+        self._appends = AppendGroup(self._engine)
 
     # -- lifecycle and schema -----------------------------------------------------------
 
     async def close(self) -> None:
         """Release every database connection. The store must not be used afterwards."""
         await self._streams.close()
+        await self._appends.close()
         await run(self._engine.close)
 
     async def __aenter__(self) -> AsyncEventStore:
@@ -131,9 +134,11 @@ class AsyncEventStore(StoreBase):
         metadata: Mapping[str, Any] | None = None,
     ) -> AppendResult:
         """Twin of :meth:`EventStore.append <eventstore.EventStore.append>`: append a batch
-        of actions atomically; ``ConcurrencyError`` when the head is not ``expected_version``."""
-        return await run(
-            self._engine.append,
+        of actions atomically; ``ConcurrencyError`` when the head is not ``expected_version``.
+
+        Appends of several tasks share transactions (group commit, see
+        :mod:`eventstore.groupcommit`); each gets the result or error it would get alone."""
+        req = self._engine.prepare_append(
             session,
             actions,
             expected_version=expected_version,
@@ -141,6 +146,7 @@ class AsyncEventStore(StoreBase):
             actor=actor,
             metadata=metadata,
         )
+        return await self._appends.append(req)
 
     def turn(
         self,

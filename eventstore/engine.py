@@ -40,6 +40,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .codec import decode_many, encode_action, encode_metadata, state_digest
@@ -79,12 +80,12 @@ from .planning import (
 from .records import AppendResult, CompactionRecord, RecordedEvent, SessionInfo, to_datetime
 from .reducer import REDUCER_VERSION, fold_json
 from .storage import NewSession, Segment, SessionRow, SnapshotRow, Storage, open_storage
-from .storage.base import CompactionRow, EventIdRace, EventRow, SessionControl, Tx
+from .storage.base import CompactionRow, EventIdRace, EventRow, SessionControl, TurnBatch, Tx
 from .storage.migrate import HEAD_REVISION
 from .turnplan import session_info
 from .validate import MAX_VERSION, Limits, Validator
 
-__all__ = ["Engine", "DEFAULT_SNAPSHOT_EVERY", "HISTORY_CHUNK", "now_micros"]
+__all__ = ["Engine", "AppendRequest", "PlannedAppend", "DEFAULT_SNAPSHOT_EVERY", "HISTORY_CHUNK", "now_micros"]
 
 #: Chosen from ``python -m benchmarks store`` (see benchmarks/RESULTS.md, "## Store").
 DEFAULT_SNAPSHOT_EVERY = 128
@@ -95,6 +96,66 @@ HISTORY_CHUNK = 1000
 def now_micros() -> int:
     """Microseconds since the Unix epoch, now (the one clock of the engine)."""
     return time.time_ns() // 1000
+
+
+@dataclass(frozen=True, slots=True)
+class AppendRequest:
+    """An append's arguments, validated and encoded (:meth:`Engine.prepare_append`).
+
+    Attributes:
+        session: the session id.
+        action_dicts: the actions as JSON-shaped dicts.
+        encoded: ``(type, payload bytes)`` of each action.
+        expected: the caller's ``expected_version``, or ``None``.
+        ids: the caller's event ids, or ``None``.
+        actor: who appends, or ``None``.
+        meta: the encoded metadata, or ``None``.
+    """
+
+    session: str
+    action_dicts: list[dict[str, Any]]
+    encoded: list[tuple[str, bytes]]
+    expected: int | None
+    ids: tuple[str, ...] | None
+    actor: str | None
+    meta: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedAppend:
+    """What an append writes after a known head: its rows, the new head and snapshots.
+
+    Attributes:
+        request: the append.
+        row: the session row it was planned on (its head is the one the write checks).
+        rows: the event rows, hashes chained from ``row``'s head.
+        prev: the new head hash.
+        turn: the new head turn.
+        plan: the snapshots it reaches and the state to cache after the commit.
+        now: its ``recorded_at`` (microseconds).
+    """
+
+    request: AppendRequest
+    row: SessionRow
+    rows: list[EventRow]
+    prev: bytes
+    turn: int
+    plan: AppendPlan
+    now: int
+
+    def batch(self) -> TurnBatch:
+        """The conditional write of a group commit: no turn's lease is checked or changed."""
+        return TurnBatch(
+            self.row.pk,
+            self.row.head,
+            self.row.head_hash,
+            None,
+            self.now,
+            self.rows,
+            self.turn,
+            self.plan.snapshots,
+            self.plan.blobs,
+        )
 
 
 class Engine:
@@ -277,7 +338,7 @@ class Engine:
 
     # -- append -------------------------------------------------------------------------
 
-    def append(
+    def prepare_append(
         self,
         session: Any,
         actions: Any,
@@ -286,8 +347,12 @@ class Engine:
         event_ids: Any = None,
         actor: Any = None,
         metadata: Any = None,
-    ) -> AppendResult:
-        """Validate and append a batch (see :meth:`eventstore.EventStore.append`)."""
+    ) -> AppendRequest:
+        """Validate and encode the arguments of an append (no I/O).
+
+        Raises:
+            InvalidEvent: an argument is malformed (see :meth:`eventstore.EventStore.append`).
+        """
         v = self.validate
         v.id(session, "session")
         v.count(expected_version, "expected_version")
@@ -307,52 +372,96 @@ class Engine:
         meta = encode_metadata(metadata)
         if meta is not None:
             v.size(meta, "metadata", field="metadata")
+        return AppendRequest(session, action_dicts, encoded, expected_version, ids, actor, meta)
+
+    def append(
+        self,
+        session: Any,
+        actions: Any,
+        *,
+        expected_version: Any = None,
+        event_ids: Any = None,
+        actor: Any = None,
+        metadata: Any = None,
+    ) -> AppendResult:
+        """Validate and append a batch (see :meth:`eventstore.EventStore.append`)."""
+        return self.append_request(
+            self.prepare_append(
+                session,
+                actions,
+                expected_version=expected_version,
+                event_ids=event_ids,
+                actor=actor,
+                metadata=metadata,
+            )
+        )
+
+    def append_request(self, req: AppendRequest) -> AppendResult:
+        """Append a prepared batch: the optimistic path, else the locked one."""
         try:
-            return self._append(session, action_dicts, encoded, expected_version, ids, actor, meta, True)
+            return self._append(req, True)
         except EventIdRace:
             # One of our ids was already recorded (a retry on the optimistic path, or another
             # writer between our check and our insert): re-read under the lock and decide
             # between the original result and a conflict.
-            return self._append(session, action_dicts, encoded, expected_version, ids, actor, meta, False)
+            return self._append(req, False)
 
-    def _append(
-        self,
-        session: str,
-        action_dicts: list[dict[str, Any]],
-        encoded: list[tuple[str, bytes]],
-        expected: int | None,
-        ids: tuple[str, ...] | None,
-        actor: str | None,
-        meta: bytes | None,
-        fast: bool,
-    ) -> AppendResult:
+    def plan_optimistic(self, req: AppendRequest, now: int) -> PlannedAppend | None:
+        """The optimistic plan of an append: its rows and snapshots after the head this
+        process left after its last append to the session (taken from the cache, so that
+        no other writer of this process extends the same head).
+
+        Returns ``None`` — the locked path must run — when no head is remembered, the
+        caller expects another head, or a snapshot is due whose state is not cached.
+        """
+        known = self.planner.take_head(req.session)
+        if known is None or (req.expected is not None and req.expected != known.head):
+            return None  # the caller expects another head: let the locked path decide
+        rows, prev, turn = event_rows(known, req.session, req.encoded, req.ids, req.actor, req.meta, now)
+        plan = self.planner.plan(known, req.action_dicts, rows[-1].version)
+        if plan is None:
+            return None
+        return PlannedAppend(req, known, rows, prev, turn, plan, now)
+
+    def append_planned(self, planned: Sequence[PlannedAppend]) -> list[bool]:
+        """Write several sessions' optimistic appends in one transaction (group commit).
+
+        Each is written only if its session's head is still the one it was planned on and
+        the session is open (as the optimistic path checks); one whose check fails writes
+        nothing, the others are written all the same. At most one append per session.
+        After the commit, pass each written one to :meth:`appended`; run the others again
+        with :meth:`append_request`.
+
+        Raises:
+            EventIdRace: an event id is already recorded (nothing was written).
+            StorageError: as :meth:`Storage.append_batches <eventstore.storage.base.Storage.append_batches>`.
+        """
+        return self.storage.append_batches([p.batch() for p in planned])
+
+    def _append(self, req: AppendRequest, fast: bool) -> AppendResult:
         st = self.storage
-        planner = self.planner
         now = now_micros()
-        # The head this process saw after its last append to the session, if any.
-        known = planner.take_head(session) if fast else None
-        if known is not None and expected is not None and expected != known.head:
-            known = None  # the caller expects another head: let the locked path decide
-        if known is not None:
-            # Optimistic path: the head check is part of the write, and so are the snapshots
-            # this batch reaches (PostgreSQL: one statement, its own transaction).
-            rows, prev, turn = event_rows(known, session, encoded, ids, actor, meta, now)
-            plan = planner.plan(known, action_dicts, rows[-1].version)
-            if plan is not None and st.append_fast(
-                known.pk, known.head, known.head_hash, rows, turn, plan.snapshots, plan.blobs
-            ):
-                return self._appended(known, rows, prev, turn, plan, ids, now)
-        with st.write(session=session, expected=expected) as tx:
-            row = self.lock_for_append(tx, session, expected)
+        # Optimistic path: the head check is part of the write, and so are the snapshots
+        # this batch reaches (PostgreSQL: one statement, its own transaction).
+        p = self.plan_optimistic(req, now) if fast else None
+        if p is not None and st.append_fast(
+            p.row.pk, p.row.head, p.row.head_hash, p.rows, p.turn, p.plan.snapshots, p.plan.blobs
+        ):
+            return self.appended(p)
+        session, ids = req.session, req.ids
+        with st.write(session=session, expected=req.expected) as tx:
+            row = self.lock_for_append(tx, session, req.expected)
             if ids is not None:
                 prior = st.events_by_id(tx, row.pk, ids)
                 if prior:
-                    return replayed(session, prior, ids, encoded, actor, meta)
+                    return replayed(session, prior, ids, req.encoded, req.actor, req.meta)
             self.check_open(tx, row)
-            if expected is not None and row.head != expected:
-                raise ConcurrencyError(session, expected, row.head)
-            rows, prev, turn, plan = self.write_locked(tx, row, action_dicts, encoded, ids, actor, meta, now)
-        return self._appended(row, rows, prev, turn, plan, ids, now)
+            if req.expected is not None and row.head != req.expected:
+                raise ConcurrencyError(session, req.expected, row.head)
+            rows, prev, turn, plan = self.write_locked(
+                tx, row, req.action_dicts, req.encoded, ids, req.actor, req.meta, now
+            )
+        return self.appended(PlannedAppend(req, row, rows, prev, turn, plan, now))
 
     def lock_for_append(self, tx: Tx, session: str, expected: int | None = None) -> SessionRow:
         """Lock a session's row for an append, creating the session if it is new.
@@ -416,26 +525,17 @@ class Engine:
             st.put_snapshot(tx, snap, plan.blobs if snap is plan.snapshots[0] else {})
         return rows, prev, turn, plan
 
-    def _appended(
-        self,
-        row: SessionRow,
-        rows: list[Any],
-        prev: bytes,
-        turn: int,
-        plan: Any,
-        ids: tuple[str, ...] | None,
-        now: int,
-    ) -> AppendResult:
+    def appended(self, p: PlannedAppend) -> AppendResult:
         """Bookkeeping after a committed append: caches, and the result."""
-        head = rows[-1].version
-        self.planner.committed(head_after(row, head, prev, turn), plan)
+        head = p.rows[-1].version
+        self.planner.committed(head_after(p.row, head, p.prev, p.turn), p.plan)
         return AppendResult(
-            session=row.id,
+            session=p.row.id,
             version=head,
-            first_version=row.head + 1,
-            count=len(rows),
-            event_ids=ids,
-            recorded_at=to_datetime(now),
+            first_version=p.row.head + 1,
+            count=len(p.rows),
+            event_ids=p.request.ids,
+            recorded_at=to_datetime(p.now),
         )
 
     # -- reads --------------------------------------------------------------------------

@@ -400,6 +400,8 @@ class TurnBatch:
         old_head: the head the turn last saw; the batch is written only if it still is.
         old_hash: the chain hash at ``old_head``.
         writer: the turn's lease token; the batch is written only if it still holds it.
+            ``None``: a plain append (a group commit of appends), which neither checks nor
+            changes the lease.
         seen_at: the new ``writer_seen`` (microseconds).
         rows: the events (may be empty: then the batch only renews the lease and checks
             that nothing else was appended).
@@ -413,7 +415,7 @@ class TurnBatch:
     session_pk: int
     old_head: int
     old_hash: bytes
-    writer: str
+    writer: str | None
     seen_at: int
     rows: Sequence[EventRow]
     head_turn: int

@@ -309,7 +309,8 @@ FROM moved
 # A group commit of streaming turns in one statement, one round trip, its own transaction:
 # move each session's head only if it is still what its turn saw, the turn still holds the
 # lease and the session is open (renewing or giving up the lease), then insert the events
-# and snapshots of the sessions that moved. Returns the pks that moved.
+# and snapshots of the sessions that moved. Returns the pks that moved. A batch without a
+# writer is a plain append (the async store's group commit): the lease is left alone.
 _APPEND_BATCHES = """
 WITH b AS (
     SELECT * FROM unnest(%(pks)b::int[], %(old_heads)b::int[], %(old_hashes)b::bytea[],
@@ -318,11 +319,13 @@ WITH b AS (
         AS b(pk, old_head, old_hash, writer, head, hash, turn, release, claim)
 ), moved AS (
     UPDATE sessions s SET head = b.head, head_hash = b.hash, head_turn = b.turn,
-        writer = CASE WHEN b.release THEN NULL ELSE b.writer END,
-        writer_seen = CASE WHEN b.release THEN NULL ELSE %(seen)s::bigint END
+        writer = CASE WHEN b.writer IS NULL THEN s.writer WHEN b.release THEN NULL ELSE b.writer END,
+        writer_seen = CASE WHEN b.writer IS NULL THEN s.writer_seen
+                           WHEN b.release THEN NULL ELSE %(seen)s::bigint END
     FROM b
     WHERE s.pk = b.pk AND s.head = b.old_head AND s.head_hash = b.old_hash
-      AND (CASE WHEN b.claim THEN s.writer IS NULL ELSE s.writer = b.writer END)
+      AND (CASE WHEN b.writer IS NULL THEN true
+                WHEN b.claim THEN s.writer IS NULL ELSE s.writer = b.writer END)
       AND s.closed_at IS NULL
     RETURNING s.pk
 ), ins AS (

@@ -38,7 +38,7 @@ from sqlalchemy import BigInteger, Float, case, cast, extract, func, literal_col
 from sqlalchemy.engine import make_url
 
 from ..errors import StorageError
-from .base import EventRow, LoadParts, SnapshotRow, Tx
+from .base import EventRow, LoadParts, SnapshotRow, TurnBatch, Tx
 from .postgres import PostgresStorage
 from .sql import Compiled, mask_url
 
@@ -208,6 +208,12 @@ class ReplicatedPostgresStorage(PostgresStorage):
             return super().append_fast(
                 session_pk, old_head, old_hash, rows, head_turn, snapshots, blobs
             )
+        finally:
+            self._moved = True
+
+    def append_batches(self, batches: Sequence[TurnBatch]) -> list[bool]:
+        try:
+            return super().append_batches(batches)
         finally:
             self._moved = True
 

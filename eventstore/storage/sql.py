@@ -685,7 +685,9 @@ class SqlStorage(Storage):
                 last = b.rows[-1] if b.rows else None
                 cur = self._run(
                     tx,
-                    self._q_turn_claim
+                    self._q_move_head
+                    if b.writer is None
+                    else self._q_turn_claim
                     if b.claim
                     else self._q_turn_release
                     if b.release
