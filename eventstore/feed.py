@@ -19,6 +19,16 @@ twin only swaps the reads and the waits.
 - on SQLite writers take turns (``BEGIN IMMEDIATE``), so ``xact`` is a number that grows in
   commit order and every committed row is final at once.
 
+**Bands** (PostgreSQL). The index on ``xact`` is a BRIN index: a few bytes per range of
+table pages instead of an entry per event, cheap because transaction ids grow with
+insertion order. It finds where a band of ``xact`` values lies but cannot return rows in
+order, so each page reads one band ``after <= xact <= upto`` and sorts it in memory
+(:class:`Bands` sizes it). ``upto`` is always below the barrier, so every row of the band
+is final: once a band came back whole (not cut by the page limit), nothing can ever be
+added to it, and the next band starts above it. A page cut by its limit is resumed from
+its last event, as ever. Nothing is skipped by size or by time; only the cost moves.
+On SQLite ``xact`` is the table's rowid: a page is a range scan of the table itself.
+
 A position is the key of an event, written as fixed-width hex (``xact.session.version``), so
 positions of one database also compare in feed order as strings. It is opaque to callers:
 they store it and pass it back as ``after``.
@@ -37,6 +47,7 @@ from .records import RecordedEvent
 
 __all__ = [
     "FeedKey",
+    "Bands",
     "FollowView",
     "parse_position",
     "position",
@@ -52,6 +63,11 @@ __all__ = [
 
 #: Events read per query while catching up.
 FEED_CHUNK = 1000
+#: The first band of transaction ids a banded feed reads, and the widest.
+BAND_FIRST = 1024
+BAND_MAX = 2**40
+#: A key above every event of its ``xact`` (session keys and versions are int4).
+_KEY_END = 2**31
 #: How often the feed looks again while committed events wait behind an older open
 #: transaction that may never notify (one that wrote no event).
 PENDING_POLL = 0.05
@@ -100,6 +116,45 @@ def parse_position(value: Any, what: str = "after") -> FeedKey | None:
             field=what,
         )
     return FeedKey(int(m.group(1), 16), int(m.group(2), 16), int(m.group(3), 16))
+
+
+class Bands:
+    """How wide a band of ``xact`` each page of a banded feed reads (see the module notes).
+
+    The aim is a band of about one page of events: the band grows (doubles) while bands
+    come back less than half full — also through long stretches of transaction ids that
+    wrote no event — and shrinks to the span the page limit actually covered when a band
+    was cut by it.
+    """
+
+    def __init__(self) -> None:
+        self.width = BAND_FIRST
+
+    def upto(self, after: FeedKey | None, below: int) -> int:
+        """The top of the next band after ``after``, below the barrier ``below``."""
+        start = -1 if after is None else after.xact
+        return min(start + self.width, below - 1)
+
+    def read(self, after: FeedKey | None, rows: list[Any], limit: int, upto: int, below: int) -> tuple[FeedKey | None, bool]:
+        """A band was read: where the next one starts, and whether to read again at once.
+
+        Args:
+            after: the key the band was read after.
+            rows: what it returned (storage rows with ``xact``, ``session_pk``, ``version``).
+            limit: the page limit it was read with.
+            upto: its top; ``below``: the barrier it was read under.
+        """
+        start = -1 if after is None else after.xact
+        if len(rows) >= limit:
+            last = rows[-1]
+            self.width = max(1, last.xact - start)
+            return FeedKey(last.xact, last.session_pk, last.version), True
+        if 2 * len(rows) < limit:
+            self.width = min(self.width * 2, BAND_MAX)
+        done = FeedKey(upto, _KEY_END, _KEY_END)  # the whole band is handed out
+        if after is not None and after >= done:
+            done = after
+        return done, upto < below - 1
 
 
 class Pacer:
