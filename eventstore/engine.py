@@ -55,7 +55,7 @@ from .errors import (
     StorageError,
     VersionNotFound,
 )
-from .feed import FEED_CHUNK, Bands, FeedKey, Follower, FollowState, Live, Pacer, position, wait_arg
+from .feed import FEED_CHUNK, Bands, FeedKey, Follower, FollowState, Live, Pacer, wait_arg
 from .ids import check_new_session_id
 from .models import check_json, parse_actions
 from .planning import (
@@ -553,7 +553,7 @@ class Engine:
                     key, full = bands.read(key, rows, FEED_CHUNK, upto, below)
                 # At the end: are committed events waiting behind an older open transaction?
                 pending = not full and st.feed_barrier(tx).pending
-            out = [recorded_from_feed(r, position(r.xact, r.session_pk, r.version)) for r in rows]
+            out = [recorded_from_feed(r) for r in rows]
             return out, pending, full
 
         return Live(iter(()), read, Pacer(idle, time.monotonic()), state or FollowState())

@@ -70,6 +70,43 @@ def test_downgrade_to_base_and_upgrade_again(db_url: str, raw_engine: Engine) ->
     assert _diffs(raw_engine) == []
 
 
+def _feed_storage(engine: Engine) -> str:
+    """How the feed's number is stored: its index (PostgreSQL) or the table's key (SQLite)."""
+    with engine.connect() as conn:
+        if engine.dialect.name == "postgresql":
+            rows = conn.execute(
+                text("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'events' AND indexdef LIKE '%xact%'")
+            ).all()
+            return "; ".join(f"{name}: {' '.join(d.split(' USING ')[1:])}" for name, d in rows)
+        ddl = conn.execute(text("SELECT sql FROM sqlite_master WHERE name = 'events'")).scalar_one()
+        return "rowid" if "PRIMARY KEY (xact)" in ddl else "column"
+
+
+def test_revision_0005_moves_the_feed_storage_and_keeps_every_position(
+    db_url: str, raw_engine: Engine
+) -> None:
+    with make_store(db_url) as store:
+        for i in range(3):
+            store.append(f"s{i}", [{"type": "stop"}] * 2)
+            store.append("s0", [{"type": "stop"}])
+        before = [(e.session_id, e.version, e.position) for e in store.feed(idle_timeout=0)]
+    new = "ix_events_xact: brin (xact) WITH (pages_per_range='16', autosummarize='on')"
+    old = "ix_events_xact_session_pk_version: btree (xact, session_pk, version)"
+    sqlite = raw_engine.dialect.name == "sqlite"
+    assert _feed_storage(raw_engine) == ("rowid" if sqlite else new)
+    with raw_engine.begin() as conn:
+        command.downgrade(alembic_config(conn), "0004_turn_leases")
+    assert _feed_storage(raw_engine) == ("column" if sqlite else old)
+    with make_store(db_url) as store:  # upgraded again
+        assert _feed_storage(raw_engine) == ("rowid" if sqlite else new)
+        assert [(e.session_id, e.version, e.position) for e in store.feed(idle_timeout=0)] == before
+        resumed = [(e.session_id, e.version) for e in store.feed(after=before[3][2], idle_timeout=0)]
+        assert resumed == [(s, v) for s, v, _ in before[4:]]
+        store.append("s1", [{"type": "stop"}])
+        assert [(e.session_id, e.version) for e in store.feed(after=before[-1][2], idle_timeout=0)] == [("s1", 3)]
+    assert _diffs(raw_engine) == []
+
+
 def test_migrations_are_found_in_the_checkout() -> None:
     d = migrations_dir()
     assert (d / "env.py").is_file() and (d / "versions").is_dir()

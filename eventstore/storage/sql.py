@@ -148,30 +148,39 @@ def insert_events_stmt(xact: Any) -> Any:
     return insert(events).values(values)
 
 
-# The feed: events after a key (xact, session_pk, version), in that order. The page is cut
-# from events alone and joined to the session ids afterwards: a join around the scan lets
-# the planner choose a hash join and sort every later row.
+# The feed: events after a key (xact, session_pk, version), in that order.
 _FEED_KEY = tuple_(events.c.xact, events.c.session_pk, events.c.version)
+_FEED_COLS = (*_EVENT_COLS, events.c.xact, sessions.c.id)
 
 
 def read_feed_stmt(banded: bool) -> Any:
     """The feed's page after a key.
 
     ``banded`` (PostgreSQL): only rows with ``:x <= xact <= :upto`` are read — a band the
-    BRIN index on ``xact`` finds as a few page ranges, sorted in memory. Otherwise (SQLite)
-    ``xact`` is unique and the table's own key: the page is a range scan of it after ``:x``.
+    BRIN index on ``xact`` finds as a few page ranges, sorted in memory. The page is cut
+    from events alone and joined to the session ids afterwards: a join around the scan
+    lets the planner choose a hash join and sort every later row.
+
+    Otherwise (SQLite) ``xact`` is unique and the table's own key: the page is a range
+    scan of the table after ``:x``, each row's session id looked up by its key as it goes
+    (already in order: no sort).
     """
-    if banded:
-        page = select(*_EVENT_COLS, events.c.xact).where(
-            _FEED_KEY > tuple_(_P("x"), _P("s"), _P("v")),
-            events.c.xact >= _P("x"),
-            events.c.xact <= _P("upto"),
+    if not banded:
+        return (
+            select(*_FEED_COLS)
+            .join_from(events, sessions, sessions.c.pk == events.c.session_pk)
+            .where(events.c.xact > _P("x"))
+            .order_by(events.c.xact)
+            .limit(_P("lim"))
         )
-        order: tuple[Any, ...] = (events.c.xact, events.c.session_pk, events.c.version)
-    else:
-        page = select(*_EVENT_COLS, events.c.xact).where(events.c.xact > _P("x"))
-        order = (events.c.xact,)
-    e = page.order_by(*order).limit(_P("lim")).subquery("e")
+    order = (events.c.xact, events.c.session_pk, events.c.version)
+    e = (
+        select(*_EVENT_COLS, events.c.xact)
+        .where(_FEED_KEY > tuple_(_P("x"), _P("s"), _P("v")), events.c.xact >= _P("x"), events.c.xact <= _P("upto"))
+        .order_by(*order)
+        .limit(_P("lim"))
+        .subquery("e")
+    )
     return (
         select(*(e.c[c.name] for c in _EVENT_COLS), e.c.xact, sessions.c.id)
         .join_from(e, sessions, sessions.c.pk == e.c.session_pk)
