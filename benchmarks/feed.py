@@ -17,7 +17,7 @@ Three measurements, on PostgreSQL and SQLite, in one run:
    against the baseline a consumer would write by hand: keyset paging with
    ``SELECT … ORDER BY session_pk, version LIMIT 500`` on the same table (session ids
    joined, each row made into the same ``RecordedEvent``), in the same run, alternating.
-   Best of 6 each. On PostgreSQL in three states of the table (``PG_STATES``): just
+   Best of 10 each. On PostgreSQL in three states of the table (``PG_STATES``): just
    written, after ``ANALYZE`` (the BRIN index's newest ranges not yet summarized) and
    after ``VACUUM``; with ``EXPLAIN ANALYZE`` of one page's band in each.
 3. **What the feed adds to an append.** The store's single-event append statements with
@@ -57,7 +57,7 @@ OUT = Path(__file__).parent / "out" / "feed.json"
 RESULTS = Path(__file__).parent / "RESULTS.md"
 PACE = 0.02
 #: Reads of the whole feed (and of the raw paging), alternating; the best of each counts.
-ROUNDS = 6
+ROUNDS = 10
 
 
 # -- 1. latency -------------------------------------------------------------------------------
