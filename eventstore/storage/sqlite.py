@@ -39,6 +39,7 @@ __all__ = [
     "DROP_FEED_DDL_V3",
     "feed_backfill_v3",
     "feed_rowid_v5",
+    "FEED_DDL_V5",
 ]
 
 _WRITE = "eventstore_write"
@@ -148,6 +149,19 @@ def feed_backfill_v3() -> tuple[str, ...]:
     )
 
 
+#: Revision 0005: the feed number is the rowid, and ``INSERT OR REPLACE`` resolves a rowid
+#: conflict by deleting the row that holds it (no DELETE trigger fires for that): so an
+#: insert naming a recorded number is refused too, like a recorded version or event id.
+FEED_DDL_V5 = (
+    """
+    CREATE TRIGGER events_no_replace_xact BEFORE INSERT ON events
+    WHEN NEW.xact IS NOT NULL AND EXISTS (SELECT 1 FROM events e WHERE e.xact = NEW.xact)
+    BEGIN
+        SELECT RAISE(ABORT, 'events are immutable: this feed number is already recorded');
+    END
+    """,
+)
+
 _EVENT_COLUMNS = (
     "session_pk INTEGER NOT NULL, version INTEGER NOT NULL, event_id TEXT, type TEXT NOT NULL, "
     "turn INTEGER NOT NULL, payload BLOB NOT NULL, recorded_at BIGINT NOT NULL, actor TEXT, "
@@ -166,7 +180,8 @@ def feed_rowid_v5(upgrade: bool) -> tuple[str, ...]:
     session key ``(session_pk, version)`` becomes a unique constraint, the index it had.
 
     SQLite cannot change a primary key in place, so the table is rebuilt: copied into a
-    new one, the old one dropped, the new one renamed, its index and triggers recreated.
+    new one, the old one dropped, the new one renamed, its index and triggers recreated
+    (and :data:`FEED_DDL_V5`'s guard of the numbers added).
     Numbers are kept, except that the events recorded before revision 0003 (all numbered
     0) get 1..n in session order and the others move up by n, so that every number is
     unique and the feed's order is unchanged (positions handed out before move only
@@ -184,7 +199,7 @@ def feed_rowid_v5(upgrade: bool) -> tuple[str, ...]:
             "ELSE row_number() OVER (PARTITION BY coalesce(xact, 0) > 0 ORDER BY session_pk, version) END"
         )
         renumber_clock: tuple[str, ...] = (f"UPDATE feed_clock SET xact = xact + {unnumbered}",)
-        index: tuple[str, ...] = ()
+        index: tuple[str, ...] = FEED_DDL_V5
     else:
         table = (
             f"CREATE TABLE events_v5 ({_EVENT_COLUMNS}, xact BIGINT, "
