@@ -549,8 +549,8 @@ class Engine:
                     below = st.feed_below(tx)
                     assert below is not None
                     upto = bands.upto(key, below)
-                    rows = st.read_feed(tx, after=after_key, limit=FEED_CHUNK, upto=upto)
-                    key, full = bands.read(key, rows, FEED_CHUNK, upto, below)
+                    rows = st.read_feed(tx, after=after_key, limit=bands.limit, upto=upto)
+                    key, full = bands.read(key, rows, upto, below)
                 # At the end: are committed events waiting behind an older open transaction?
                 pending = not full and st.feed_barrier(tx).pending
             out = [recorded_from_feed(r) for r in rows]

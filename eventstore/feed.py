@@ -66,6 +66,9 @@ FEED_CHUNK = 1000
 #: The first band of transaction ids a banded feed reads, and the widest.
 BAND_FIRST = 1024
 BAND_MAX = 2**40
+#: The largest page of a banded feed inside one transaction that wrote more events than a
+#: page: each page of it sorts all of its rows, so its pages grow (up to this many events).
+BAND_PAGE_MAX = 16 * FEED_CHUNK
 #: A key above every event of its ``xact`` (session keys and versions are int4).
 _KEY_END = 2**31
 #: How often the feed looks again while committed events wait behind an older open
@@ -126,30 +129,37 @@ class Bands:
     The aim is a band of about one page of events: the band grows (doubles) while bands
     come back less than half full — also through long stretches of transaction ids that
     wrote no event — and shrinks to the span the page limit actually covered when a band
-    was cut by it.
+    was cut by it. A page that one transaction filled alone is followed by a larger one
+    (``limit`` doubles, up to :data:`BAND_PAGE_MAX`), since every page of that transaction
+    reads and sorts all of its rows.
     """
 
     def __init__(self) -> None:
         self.width = BAND_FIRST
+        #: how many events the next page reads at most
+        self.limit = FEED_CHUNK
 
     def upto(self, after: FeedKey | None, below: int) -> int:
         """The top of the next band after ``after``, below the barrier ``below``."""
         start = -1 if after is None else after.xact
         return min(start + self.width, below - 1)
 
-    def read(self, after: FeedKey | None, rows: list[Any], limit: int, upto: int, below: int) -> tuple[FeedKey | None, bool]:
-        """A band was read: where the next one starts, and whether to read again at once.
+    def read(self, after: FeedKey | None, rows: list[Any], upto: int, below: int) -> tuple[FeedKey | None, bool]:
+        """A band was read (with :attr:`limit`): where the next one starts, and whether to
+        read again at once.
 
         Args:
             after: the key the band was read after.
             rows: what it returned (storage rows with ``xact``, ``session_pk``, ``version``).
-            limit: the page limit it was read with.
             upto: its top; ``below``: the barrier it was read under.
         """
         start = -1 if after is None else after.xact
+        limit, self.limit = self.limit, FEED_CHUNK
         if len(rows) >= limit:
             last = rows[-1]
             self.width = max(1, last.xact - start)
+            if last.xact == start:
+                self.limit = min(2 * limit, BAND_PAGE_MAX)
             return FeedKey(last.xact, last.session_pk, last.version), True
         if 2 * len(rows) < limit:
             self.width = min(self.width * 2, BAND_MAX)

@@ -324,18 +324,20 @@ def test_bands_hand_out_every_row_once_in_order() -> None:
         for i, x in enumerate(xacts)
     )
     table.sort(key=lambda r: (r.xact, r.session_pk, r.version))
-    below, limit = 900_000, 1000
-    bands, key, got, reads = Bands(), None, [], 0
+    below = 900_000
+    bands, key, got, reads, limits = Bands(), None, [], 0, set()
     more = True
     while more:
         upto = bands.upto(key, below)
         after = (-1, 0, 0) if key is None else key.as_tuple()
-        page = [r for r in table if (r.xact, r.session_pk, r.version) > after and r.xact <= upto][:limit]
+        limits.add(bands.limit)
+        page = [r for r in table if (r.xact, r.session_pk, r.version) > after and r.xact <= upto][: bands.limit]
         got += page
-        key, more = bands.read(key, page, limit, upto, below)
+        key, more = bands.read(key, page, upto, below)
         reads += 1
     assert got == [r for r in table if r.xact < below]
     assert reads < 60
+    assert max(limits) > min(limits)  # the pages of the big transaction grew
 
 
 def test_imported_sessions_appear_in_the_feed(store: EventStore, tmp_path: Any) -> None:
