@@ -21,9 +21,10 @@ Three measurements, on PostgreSQL and SQLite, in one run:
    written, after ``ANALYZE`` (the BRIN index's newest ranges not yet summarized) and
    after ``VACUUM``; with ``EXPLAIN ANALYZE`` of one page's band in each.
 3. **What the feed adds to an append.** The store's single-event append statements with
-   and without the feed's parts (the ``xact`` value, its index, the notification trigger
-   on PostgreSQL / the deletion clock trigger on SQLite), raw, one event per transaction,
-   on two databases in alternating blocks; the difference is also shown against a whole
+   all of the feed's parts (the ``xact`` value, its index, the notification trigger on
+   PostgreSQL / the deletion clock and the number guard on SQLite), with its storage only
+   (value and index, no trigger) and without any, raw, one event per transaction, on three
+   databases in alternating blocks; the differences are also shown against a whole
    ``EventStore.append`` measured in the same run. Bytes/event: what the events table and
    its indexes grew by per event over the same appends (after a warm-up), with and
    without the feed's column and index; what they cost once is shown apart.
@@ -230,6 +231,8 @@ def band_plan(url: str) -> dict[str, Any]:
         node = todo.pop()
         nodes.append(node["Node Type"] + (f" on {node['Index Name']}" if "Index Name" in node else ""))
         heap += node.get("Exact Heap Blocks", 0) + node.get("Lossy Heap Blocks", 0)
+        if node["Node Type"] == "Seq Scan":
+            heap += pages  # every page of the table
         todo.extend(node.get("Plans", []))
     return {"nodes": nodes, "heap_pages": heap, "table_pages": pages, "ms": plan["Actual Total Time"]}
 
@@ -269,19 +272,28 @@ _SQLITE_XACT = (
 _PAYLOAD = b'{"type":"stop"}'
 
 
-class _Appender:
-    """One event per transaction on one database, with or without the feed's parts."""
+#: The triggers of the feed: PostgreSQL's wake-up notification; SQLite's deletion clock and
+#: its guard of recorded feed numbers.
+_FEED_TRIGGERS = {
+    "postgresql": ("DROP TRIGGER IF EXISTS events_notify ON events",),
+    "sqlite": ("DROP TRIGGER IF EXISTS events_feed_clock", "DROP TRIGGER IF EXISTS events_no_replace_xact"),
+}
 
-    def __init__(self, url: str, dialect: str, feed: bool) -> None:
+
+class _Appender:
+    """One event per transaction on one database, with the feed's parts: ``"all"``,
+    ``"storage"`` (its number and index, not its triggers) or ``"none"``."""
+
+    def __init__(self, url: str, dialect: str, parts: str) -> None:
+        feed = parts != "none"
         self.dialect, self.feed, self.version = dialect, feed, 0
         engine = create_engine(url)
         with engine.begin() as conn:
-            if not feed:  # the schema without the feed: no trigger, no index (the column stays NULL)
-                for stmt in (
-                    "DROP TRIGGER IF EXISTS events_notify ON events" if dialect == "postgresql" else "DROP TRIGGER IF EXISTS events_feed_clock",
-                    "DROP INDEX IF EXISTS ix_events_xact",
-                ):
+            if parts != "all":
+                for stmt in _FEED_TRIGGERS[dialect]:
                     conn.execute(text(stmt))
+            if not feed:  # the schema without the feed: no index (the column stays NULL)
+                conn.execute(text("DROP INDEX IF EXISTS ix_events_xact"))
                 if dialect == "postgresql":
                     conn.execute(text("ALTER TABLE events ALTER COLUMN xact DROP DEFAULT"))
             conn.execute(
@@ -344,31 +356,31 @@ class _Appender:
         self.conn.close()
 
 
-def append_cost(url_with: str, url_without: str, dialect: str, blocks: int, per_block: int) -> dict[str, Any]:
-    a = _Appender(url_with, dialect, True)
-    b = _Appender(url_without, dialect, False)
+def append_cost(urls: Sequence[str], dialect: str, blocks: int, per_block: int) -> dict[str, Any]:
+    """The append statement with all of the feed, with its storage only, and without it,
+    on three databases in alternating blocks; bytes per event with and without."""
+    apps = {parts: _Appender(url, dialect, parts) for parts, url in zip(("all", "storage", "none"), urls)}
     try:
-        a.block(200), b.block(200)  # warm-up
-        a.mark(), b.mark()
-        ratios, with_s, without_s = [], [], []
+        for a in apps.values():
+            a.block(200)  # warm-up
+            a.mark()
+        times: dict[str, list[float]] = {parts: [] for parts in apps}
         for i in range(blocks):
-            order = (a, b) if i % 2 == 0 else (b, a)
-            t = {id(x): x.block(per_block) for x in order}
-            with_s.append(t[id(a)])
-            without_s.append(t[id(b)])
-            ratios.append(t[id(a)] / t[id(b)])
-        return {
-            "with_us": 1e6 * statistics.median(with_s),
-            "without_us": 1e6 * statistics.median(without_s),
-            "ratio": statistics.median(ratios),
-            "bytes_with": a.bytes_per_event(),
-            "bytes_without": b.bytes_per_event(),
-            "fixed_with": a.marked[0],
-            "fixed_without": b.marked[0],
-        }
+            for parts in list(apps) if i % 2 == 0 else reversed(list(apps)):
+                times[parts].append(apps[parts].block(per_block))
+        out = {f"{parts}_us": 1e6 * statistics.median(t) for parts, t in times.items()}
+        for parts in ("all", "storage"):
+            out[f"{parts}_ratio"] = statistics.median(x / y for x, y in zip(times[parts], times["none"]))
+        out.update(
+            bytes_with=apps["all"].bytes_per_event(),
+            bytes_without=apps["none"].bytes_per_event(),
+            fixed_with=apps["all"].marked[0],
+            fixed_without=apps["none"].marked[0],
+        )
+        return out
     finally:
-        a.close()
-        b.close()
+        for a in apps.values():
+            a.close()
 
 
 def store_append_us(store: EventStore, n: int) -> float:
@@ -437,10 +449,11 @@ def run_backend(dialect: str, quick: bool, tmp: Path) -> dict[str, Any]:
                 out["throughput"] = throughput(store, url, dialect, n)
                 print(dialect, out["throughput"], flush=True)
             out["store_append_us"] = store_append_us(store, 300 if quick else 1000)
-        out["append"] = append_cost(new(), new(), dialect, 6 if quick else 10, 300 if quick else 500)
-        out["append"]["delta_vs_store_append"] = (
-            out["append"]["with_us"] - out["append"]["without_us"]
-        ) / out["store_append_us"]
+        out["append"] = append_cost([new(), new(), new()], dialect, 6 if quick else 12, 300)
+        for parts in ("all", "storage"):
+            out["append"][f"{parts}_delta_vs_store_append"] = (
+                out["append"][f"{parts}_us"] - out["append"]["none_us"]
+            ) / out["store_append_us"]
         print(dialect, out["append"], flush=True)
         return out
     finally:
@@ -500,21 +513,23 @@ def render(results: dict[str, Any]) -> str:
         )
     lines += [
         "",
-        "**What the feed adds to an append** (the single-event append statement with and without the "
-        "feed's value, index and trigger, raw, one event per transaction, alternating blocks; the "
-        "difference also against a whole `EventStore.append` of this run; bytes/event: what the table "
-        "and its indexes grew by per event after a 200-event warm-up, and apart what they cost once). "
-        "Target ≤ 10%.",
+        "**What the feed adds to an append** (the single-event append statement with all of the "
+        "feed — its number, index and triggers —, with its storage only — number and index —, and "
+        "without it; raw, one event per transaction, alternating blocks, median; the differences also "
+        "against a whole `EventStore.append` of this run; bytes/event: what the table and its indexes "
+        "grew by per event after a 200-event warm-up, and apart what they cost once). Target ≤ 10%.",
         "",
-        "| backend | statement with feed | without | × | Δ ÷ `EventStore.append` | bytes/event with | without | + "
-        "| once, at 200 events |",
-        "|---|--:|--:|--:|--:|--:|--:|--:|--:|",
+        "| backend | with feed | storage only | without | × all | × storage | Δ all, storage ÷ `EventStore.append` "
+        "| bytes/event with | without | + | once, at 200 events |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for b in ("postgresql", "sqlite"):
         a = results[b]["append"]
         lines.append(
-            f"| {b} | {a['with_us']:.0f} µs | {a['without_us']:.0f} µs | {a['ratio']:.3f} | "
-            f"{100 * a['delta_vs_store_append']:+.1f}% of {results[b]['store_append_us']:.0f} µs | "
+            f"| {b} | {a['all_us']:.0f} µs | {a['storage_us']:.0f} µs | {a['none_us']:.0f} µs | "
+            f"{a['all_ratio']:.3f} | {a['storage_ratio']:.3f} | "
+            f"{100 * a['all_delta_vs_store_append']:+.1f}%, {100 * a['storage_delta_vs_store_append']:+.1f}% "
+            f"of {results[b]['store_append_us']:.0f} µs | "
             f"{a['bytes_with']:.0f} | {a['bytes_without']:.0f} | "
             f"{100 * (a['bytes_with'] / a['bytes_without'] - 1):+.1f}% | "
             f"{(a['fixed_with'] - a['fixed_without']) / 1024:+.0f} KiB |"
