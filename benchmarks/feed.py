@@ -16,13 +16,18 @@ Three measurements, on PostgreSQL and SQLite, in one run:
 2. **Feed read throughput.** ``list(store.feed(idle_timeout=0))`` over a filled database,
    against the baseline a consumer would write by hand: keyset paging with
    ``SELECT … ORDER BY session_pk, version LIMIT 500`` on the same table (session ids
-   joined, each row made into the same ``RecordedEvent``), in the same run. Best of 3 each.
+   joined, each row made into the same ``RecordedEvent``), in the same run, alternating.
+   Best of 10 each. On PostgreSQL in three states of the table (``PG_STATES``): just
+   written, after ``ANALYZE`` (the BRIN index's newest ranges not yet summarized) and
+   after ``VACUUM``; with ``EXPLAIN ANALYZE`` of one page's band in each.
 3. **What the feed adds to an append.** The store's single-event append statements with
-   and without the feed's parts (the ``xact`` value, its index, the notification trigger
-   on PostgreSQL / the deletion clock trigger on SQLite), raw, one event per transaction,
-   on two databases in alternating blocks; the difference is also shown against a whole
-   ``EventStore.append`` measured in the same run. Bytes/event: the events table and its
-   indexes after the same appends, with and without the feed's column and index.
+   all of the feed's parts (the ``xact`` value, its index, the notification trigger on
+   PostgreSQL / the deletion clock and the number guard on SQLite), with its storage only
+   (value and index, no trigger) and without any, raw, one event per transaction, on three
+   databases in alternating blocks; the differences are also shown against a whole
+   ``EventStore.append`` measured in the same run. Bytes/event: what the events table and
+   its indexes grew by per event over the same appends (after a warm-up), with and
+   without the feed's column and index; what they cost once is shown apart.
 """
 
 from __future__ import annotations
@@ -53,6 +58,8 @@ SECTION = "## Feed"
 OUT = Path(__file__).parent / "out" / "feed.json"
 RESULTS = Path(__file__).parent / "RESULTS.md"
 PACE = 0.02
+#: Reads of the whole feed (and of the raw paging), alternating; the best of each counts.
+ROUNDS = 10
 
 
 # -- 1. latency -------------------------------------------------------------------------------
@@ -192,16 +199,55 @@ def throughput(store: EventStore, url: str, dialect: str, n: int) -> dict[str, A
 
     raw = _raw_paging(url, dialect)
     out: dict[str, Any] = {"events": n}
-    for name, fn in (("feed", feed), ("raw", raw)):
-        best = float("inf")
-        for _ in range(3):
+    best = {"feed": float("inf"), "raw": float("inf")}
+    for i in range(ROUNDS):  # alternating, so both see the same share of a busy machine
+        for name, fn in ((("feed", feed), ("raw", raw)) if i % 2 == 0 else (("raw", raw), ("feed", feed))):
             t0 = time.perf_counter()
             got = fn()
-            best = min(best, time.perf_counter() - t0)
+            best[name] = min(best[name], time.perf_counter() - t0)
             assert got == n, (name, got, n)
-        out[f"{name}_events_per_s"] = n / best
+    for name, seconds in best.items():
+        out[f"{name}_events_per_s"] = n / seconds
     out["ratio"] = out["feed_events_per_s"] / out["raw_events_per_s"]
     return out
+
+
+def band_plan(url: str) -> dict[str, Any]:
+    """EXPLAIN ANALYZE of one feed page's band (about 1,000 events from the middle of the
+    feed): the plan's scan nodes and how many heap pages it read, of the table's."""
+    with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://", 1)) as conn:
+        lo, hi = (
+            conn.execute("SELECT xact FROM events ORDER BY xact OFFSET %s LIMIT 1", (k,)).fetchone()[0]  # type: ignore[index]
+            for k in (10_000, 11_000)
+        )
+        plan = conn.execute(
+            "EXPLAIN (ANALYZE, FORMAT JSON) SELECT * FROM events WHERE xact >= %s AND xact <= %s "
+            "ORDER BY xact, session_pk, version LIMIT 1000",
+            (lo, hi),
+        ).fetchone()[0][0]["Plan"]  # type: ignore[index]
+        pages = conn.execute("SELECT pg_relation_size('events') / current_setting('block_size')::int").fetchone()[0]  # type: ignore[index]
+    nodes, heap, todo = [], 0, [plan]
+    while todo:
+        node = todo.pop()
+        nodes.append(node["Node Type"] + (f" on {node['Index Name']}" if "Index Name" in node else ""))
+        heap += node.get("Exact Heap Blocks", 0) + node.get("Lossy Heap Blocks", 0)
+        if node["Node Type"] == "Seq Scan":
+            heap += pages  # every page of the table
+        todo.extend(node.get("Plans", []))
+    return {"nodes": nodes, "heap_pages": heap, "table_pages": pages, "ms": plan["Actual Total Time"]}
+
+
+#: The states of a PostgreSQL table the feed is read in: as written (no statistics, no BRIN
+#: summaries), after ANALYZE (statistics; the ranges written since the index was built
+#: are still unsummarized, as the newest ranges of a busy table are), after VACUUM (every
+#: range summarized, as autovacuum leaves it).
+PG_STATES = (("fresh", "just written", None), ("analyzed", "after ANALYZE", "ANALYZE events"), ("vacuumed", "after VACUUM", "VACUUM events"))
+
+
+def maintain(url: str, statement: str) -> None:
+    """Run ANALYZE or VACUUM on the events table (what autovacuum does in its own time)."""
+    with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://", 1), autocommit=True) as conn:
+        conn.execute(statement)
 
 
 # -- 3. append cost and bytes -------------------------------------------------------------------
@@ -226,19 +272,28 @@ _SQLITE_XACT = (
 _PAYLOAD = b'{"type":"stop"}'
 
 
-class _Appender:
-    """One event per transaction on one database, with or without the feed's parts."""
+#: The triggers of the feed: PostgreSQL's wake-up notification; SQLite's deletion clock and
+#: its guard of recorded feed numbers.
+_FEED_TRIGGERS = {
+    "postgresql": ("DROP TRIGGER IF EXISTS events_notify ON events",),
+    "sqlite": ("DROP TRIGGER IF EXISTS events_feed_clock", "DROP TRIGGER IF EXISTS events_no_replace_xact"),
+}
 
-    def __init__(self, url: str, dialect: str, feed: bool) -> None:
+
+class _Appender:
+    """One event per transaction on one database, with the feed's parts: ``"all"``,
+    ``"storage"`` (its number and index, not its triggers) or ``"none"``."""
+
+    def __init__(self, url: str, dialect: str, parts: str) -> None:
+        feed = parts != "none"
         self.dialect, self.feed, self.version = dialect, feed, 0
         engine = create_engine(url)
         with engine.begin() as conn:
-            if not feed:  # the schema without the feed: no trigger, no index (the column stays NULL)
-                for stmt in (
-                    "DROP TRIGGER IF EXISTS events_notify ON events" if dialect == "postgresql" else "DROP TRIGGER IF EXISTS events_feed_clock",
-                    "DROP INDEX IF EXISTS ix_events_xact_session_pk_version",
-                ):
+            if parts != "all":
+                for stmt in _FEED_TRIGGERS[dialect]:
                     conn.execute(text(stmt))
+            if not feed:  # the schema without the feed: no index (the column stays NULL)
+                conn.execute(text("DROP INDEX IF EXISTS ix_events_xact"))
                 if dialect == "postgresql":
                     conn.execute(text("ALTER TABLE events ALTER COLUMN xact DROP DEFAULT"))
             conn.execute(
@@ -276,42 +331,56 @@ class _Appender:
             self.version = v
         return (time.perf_counter() - t0) / n
 
-    def bytes_per_event(self) -> float:
+    def size(self) -> int:
+        """Bytes of the events table with its indexes (every fork: BRIN has a free space map)."""
         if self.dialect == "postgresql":
-            size = self.conn.execute("SELECT pg_total_relation_size('events')").fetchone()[0]
-        else:
-            size = self.conn.execute(
+            return int(self.conn.execute("SELECT pg_total_relation_size('events')").fetchone()[0])
+        return int(
+            self.conn.execute(
                 "SELECT sum(pgsize) FROM dbstat WHERE name IN "
                 "(SELECT name FROM sqlite_master WHERE tbl_name = 'events')"
             ).fetchone()[0]
-        return float(size) / self.version
+        )
+
+    def mark(self) -> None:
+        """Start counting bytes here: what the table and its indexes cost once, whatever
+        their size (BRIN's meta page, range map and free space map: 48 KiB), stays out."""
+        self.marked = (self.size(), self.version)
+
+    def bytes_per_event(self) -> float:
+        """Bytes the table and its indexes grew by per event since :meth:`mark`."""
+        size, version = self.marked
+        return (self.size() - size) / (self.version - version)
 
     def close(self) -> None:
         self.conn.close()
 
 
-def append_cost(url_with: str, url_without: str, dialect: str, blocks: int, per_block: int) -> dict[str, Any]:
-    a = _Appender(url_with, dialect, True)
-    b = _Appender(url_without, dialect, False)
+def append_cost(urls: Sequence[str], dialect: str, blocks: int, per_block: int) -> dict[str, Any]:
+    """The append statement with all of the feed, with its storage only, and without it,
+    on three databases in alternating blocks; bytes per event with and without."""
+    apps = {parts: _Appender(url, dialect, parts) for parts, url in zip(("all", "storage", "none"), urls)}
     try:
-        a.block(200), b.block(200)  # warm-up
-        ratios, with_s, without_s = [], [], []
+        for a in apps.values():
+            a.block(200)  # warm-up
+            a.mark()
+        times: dict[str, list[float]] = {parts: [] for parts in apps}
         for i in range(blocks):
-            order = (a, b) if i % 2 == 0 else (b, a)
-            t = {id(x): x.block(per_block) for x in order}
-            with_s.append(t[id(a)])
-            without_s.append(t[id(b)])
-            ratios.append(t[id(a)] / t[id(b)])
-        return {
-            "with_us": 1e6 * statistics.median(with_s),
-            "without_us": 1e6 * statistics.median(without_s),
-            "ratio": statistics.median(ratios),
-            "bytes_with": a.bytes_per_event(),
-            "bytes_without": b.bytes_per_event(),
-        }
+            for parts in list(apps) if i % 2 == 0 else reversed(list(apps)):
+                times[parts].append(apps[parts].block(per_block))
+        out = {f"{parts}_us": 1e6 * statistics.median(t) for parts, t in times.items()}
+        for parts in ("all", "storage"):
+            out[f"{parts}_ratio"] = statistics.median(x / y for x, y in zip(times[parts], times["none"]))
+        out.update(
+            bytes_with=apps["all"].bytes_per_event(),
+            bytes_without=apps["none"].bytes_per_event(),
+            fixed_with=apps["all"].marked[0],
+            fixed_without=apps["none"].marked[0],
+        )
+        return out
     finally:
-        a.close()
-        b.close()
+        for a in apps.values():
+            a.close()
 
 
 def store_append_us(store: EventStore, n: int) -> float:
@@ -369,13 +438,22 @@ def run_backend(dialect: str, quick: bool, tmp: Path) -> dict[str, Any]:
         url = new()
         with EventStore(url) as store:
             n = fill(store, 100 if quick else 200, 100)
-            out["throughput"] = throughput(store, url, dialect, n)
-            print(dialect, out["throughput"], flush=True)
+            if dialect == "postgresql":
+                for state, _, statement in PG_STATES:
+                    if statement is not None:
+                        maintain(url, statement)
+                    out[f"throughput_{state}"] = throughput(store, url, dialect, n)
+                    out[f"plan_{state}"] = band_plan(url)
+                    print(dialect, state, out[f"throughput_{state}"], out[f"plan_{state}"], flush=True)
+            else:
+                out["throughput"] = throughput(store, url, dialect, n)
+                print(dialect, out["throughput"], flush=True)
             out["store_append_us"] = store_append_us(store, 300 if quick else 1000)
-        out["append"] = append_cost(new(), new(), dialect, 6 if quick else 10, 300 if quick else 500)
-        out["append"]["delta_vs_store_append"] = (
-            out["append"]["with_us"] - out["append"]["without_us"]
-        ) / out["store_append_us"]
+        out["append"] = append_cost([new(), new(), new()], dialect, 6 if quick else 12, 300)
+        for parts in ("all", "storage"):
+            out["append"][f"{parts}_delta_vs_store_append"] = (
+                out["append"][f"{parts}_us"] - out["append"]["none_us"]
+            ) / out["store_append_us"]
         print(dialect, out["append"], flush=True)
         return out
     finally:
@@ -407,34 +485,54 @@ def render(results: dict[str, Any]) -> str:
     lines += [
         "",
         "**Feed read throughput** (the whole feed from the start, against hand-written keyset paging "
-        "`SELECT … ORDER BY session_pk, version LIMIT 500`, each row made into the same `RecordedEvent`; best of 3). "
+        "`SELECT … ORDER BY session_pk, version LIMIT 500`, each row made into the same `RecordedEvent`; "
+        f"best of {ROUNDS} each, alternating). "
         "Target ≥ 0.8×.",
         "",
         "| backend | events | feed | raw paging | feed ÷ raw |",
         "|---|--:|--:|--:|--:|",
     ]
-    for b in ("postgresql", "sqlite"):
-        t = results[b]["throughput"]
+    rows = [("postgresql", f"throughput_{state}", f"postgresql, {label}") for state, label, _ in PG_STATES]
+    for b, key, label in (*rows, ("sqlite", "throughput", "sqlite")):
+        t = results[b][key]
         lines.append(
-            f"| {b} | {t['events']:,} | {t['feed_events_per_s']:,.0f} ev/s | "
+            f"| {label} | {t['events']:,} | {t['feed_events_per_s']:,.0f} ev/s | "
             f"{t['raw_events_per_s']:,.0f} ev/s | {t['ratio']:.2f}× |"
         )
     lines += [
         "",
-        "**What the feed adds to an append** (the single-event append statement with and without the "
-        "feed's value, index and trigger, raw, one event per transaction, alternating blocks; the "
-        "difference also against a whole `EventStore.append` of this run). Target ≤ 10%.",
+        "One page's band on PostgreSQL (`EXPLAIN ANALYZE` of ~1,000 events from the middle of the feed):",
         "",
-        "| backend | statement with feed | without | × | Δ ÷ `EventStore.append` | bytes/event with | without | + |",
-        "|---|--:|--:|--:|--:|--:|--:|--:|",
+        "| index state | plan | heap pages read | of the table's | time |",
+        "|---|---|--:|--:|--:|",
+    ]
+    for state, label, _ in PG_STATES:
+        p = results["postgresql"][f"plan_{state}"]
+        lines.append(
+            f"| {label} | {' → '.join(p['nodes'])} | {p['heap_pages']} | {p['table_pages']} | {p['ms']:.2f} ms |"
+        )
+    lines += [
+        "",
+        "**What the feed adds to an append** (the single-event append statement with all of the "
+        "feed — its number, index and triggers —, with its storage only — number and index —, and "
+        "without it; raw, one event per transaction, alternating blocks, median; the differences also "
+        "against a whole `EventStore.append` of this run; bytes/event: what the table and its indexes "
+        "grew by per event after a 200-event warm-up, and apart what they cost once). Target ≤ 10%.",
+        "",
+        "| backend | with feed | storage only | without | × all | × storage | Δ all, storage ÷ `EventStore.append` "
+        "| bytes/event with | without | + | once, at 200 events |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for b in ("postgresql", "sqlite"):
         a = results[b]["append"]
         lines.append(
-            f"| {b} | {a['with_us']:.0f} µs | {a['without_us']:.0f} µs | {a['ratio']:.3f} | "
-            f"{100 * a['delta_vs_store_append']:+.1f}% of {results[b]['store_append_us']:.0f} µs | "
+            f"| {b} | {a['all_us']:.0f} µs | {a['storage_us']:.0f} µs | {a['none_us']:.0f} µs | "
+            f"{a['all_ratio']:.3f} | {a['storage_ratio']:.3f} | "
+            f"{100 * a['all_delta_vs_store_append']:+.1f}%, {100 * a['storage_delta_vs_store_append']:+.1f}% "
+            f"of {results[b]['store_append_us']:.0f} µs | "
             f"{a['bytes_with']:.0f} | {a['bytes_without']:.0f} | "
-            f"{100 * (a['bytes_with'] / a['bytes_without'] - 1):+.1f}% |"
+            f"{100 * (a['bytes_with'] / a['bytes_without'] - 1):+.1f}% | "
+            f"{(a['fixed_with'] - a['fixed_without']) / 1024:+.0f} KiB |"
         )
     return "\n".join(lines) + "\n"
 

@@ -56,7 +56,7 @@ from .errors import (
     StorageError,
     VersionNotFound,
 )
-from .feed import FEED_CHUNK, FeedKey, Follower, FollowState, Live, Pacer, position, wait_arg
+from .feed import FEED_CHUNK, Bands, FeedKey, Follower, FollowState, Live, Pacer, wait_arg
 from .ids import check_new_session_id
 from .models import check_json, parse_actions
 from .planning import (
@@ -633,18 +633,27 @@ class Engine:
         key = self.validate.position(after, "after")
         idle = self.validate.timeout(idle_timeout)
         st = self.storage
+        bands = Bands() if st.feed_banded else None
 
         def read() -> tuple[list[RecordedEvent], bool, bool]:
             nonlocal key
             with st.read() as tx:
-                rows = st.read_feed(tx, after=None if key is None else key.as_tuple(), limit=FEED_CHUNK)
-                full = len(rows) == FEED_CHUNK
+                after_key = None if key is None else key.as_tuple()
+                if bands is None:
+                    rows = st.read_feed(tx, after=after_key, limit=FEED_CHUNK)
+                    full = len(rows) == FEED_CHUNK
+                    if rows:
+                        last = rows[-1]
+                        key = FeedKey(last.xact, last.session_pk, last.version)
+                else:
+                    below = st.feed_below(tx)
+                    assert below is not None
+                    upto = bands.upto(key, below)
+                    rows = st.read_feed(tx, after=after_key, limit=bands.limit, upto=upto)
+                    key, full = bands.read(key, rows, upto, below)
                 # At the end: are committed events waiting behind an older open transaction?
                 pending = not full and st.feed_barrier(tx).pending
-            out = [recorded_from_feed(r, position(r.xact, r.session_pk, r.version)) for r in rows]
-            if rows:
-                last = rows[-1]
-                key = FeedKey(last.xact, last.session_pk, last.version)
+            out = [recorded_from_feed(r) for r in rows]
             return out, pending, full
 
         return Live(iter(()), read, Pacer(idle, time.monotonic()), state or FollowState())

@@ -19,6 +19,16 @@ twin only swaps the reads and the waits.
 - on SQLite writers take turns (``BEGIN IMMEDIATE``), so ``xact`` is a number that grows in
   commit order and every committed row is final at once.
 
+**Bands** (PostgreSQL). The index on ``xact`` is a BRIN index: a few bytes per range of
+table pages instead of an entry per event, cheap because transaction ids grow with
+insertion order. It finds where a band of ``xact`` values lies but cannot return rows in
+order, so each page reads one band ``after <= xact <= upto`` and sorts it in memory
+(:class:`Bands` sizes it). ``upto`` is always below the barrier, so every row of the band
+is final: once a band came back whole (not cut by the page limit), nothing can ever be
+added to it, and the next band starts above it. A page cut by its limit is resumed from
+its last event, as ever. Nothing is skipped by size or by time; only the cost moves.
+On SQLite ``xact`` is the table's rowid: a page is a range scan of the table itself.
+
 A position is the key of an event, written as fixed-width hex (``xact.session.version``), so
 positions of one database also compare in feed order as strings. It is opaque to callers:
 they store it and pass it back as ``after``.
@@ -37,6 +47,7 @@ from .records import RecordedEvent
 
 __all__ = [
     "FeedKey",
+    "Bands",
     "FollowView",
     "parse_position",
     "position",
@@ -52,6 +63,14 @@ __all__ = [
 
 #: Events read per query while catching up.
 FEED_CHUNK = 1000
+#: The first band of transaction ids a banded feed reads, and the widest.
+BAND_FIRST = 1024
+BAND_MAX = 2**40
+#: The largest page of a banded feed inside one transaction that wrote more events than a
+#: page: each page of it sorts all of its rows, so its pages grow (up to this many events).
+BAND_PAGE_MAX = 16 * FEED_CHUNK
+#: A key above every event of its ``xact`` (session keys and versions are int4).
+_KEY_END = 2**31
 #: How often the feed looks again while committed events wait behind an older open
 #: transaction that may never notify (one that wrote no event).
 PENDING_POLL = 0.05
@@ -60,6 +79,8 @@ PENDING_POLL = 0.05
 RETRY_FIRST = 0.1
 RETRY_MAX = 2.0
 
+# %-formatting: a third of the time of the same f-string, once per event the feed reads.
+_POSITION_FORMAT = "%016x.%08x.%08x"
 _POSITION = re.compile(r"([0-9a-f]{16})\.([0-9a-f]{8})\.([0-9a-f]{8})")
 
 
@@ -82,7 +103,7 @@ class FeedKey:
 
 def position(xact: int, session_pk: int, version: int) -> str:
     """The position string of the key ``(xact, session_pk, version)``."""
-    return f"{xact:016x}.{session_pk:08x}.{version:08x}"
+    return _POSITION_FORMAT % (xact, session_pk, version)
 
 
 def parse_position(value: Any, what: str = "after") -> FeedKey | None:
@@ -100,6 +121,52 @@ def parse_position(value: Any, what: str = "after") -> FeedKey | None:
             field=what,
         )
     return FeedKey(int(m.group(1), 16), int(m.group(2), 16), int(m.group(3), 16))
+
+
+class Bands:
+    """How wide a band of ``xact`` each page of a banded feed reads (see the module notes).
+
+    The aim is a band of about one page of events: the band grows (doubles) while bands
+    come back less than half full — also through long stretches of transaction ids that
+    wrote no event — and shrinks to the span the page limit actually covered when a band
+    was cut by it. A page that one transaction filled alone is followed by a larger one
+    (``limit`` doubles, up to :data:`BAND_PAGE_MAX`), since every page of that transaction
+    reads and sorts all of its rows.
+    """
+
+    def __init__(self) -> None:
+        self.width = BAND_FIRST
+        #: how many events the next page reads at most
+        self.limit = FEED_CHUNK
+
+    def upto(self, after: FeedKey | None, below: int) -> int:
+        """The top of the next band after ``after``, below the barrier ``below``."""
+        start = -1 if after is None else after.xact
+        return min(start + self.width, below - 1)
+
+    def read(self, after: FeedKey | None, rows: list[Any], upto: int, below: int) -> tuple[FeedKey | None, bool]:
+        """A band was read (with :attr:`limit`): where the next one starts, and whether to
+        read again at once.
+
+        Args:
+            after: the key the band was read after.
+            rows: what it returned (storage rows with ``xact``, ``session_pk``, ``version``).
+            upto: its top; ``below``: the barrier it was read under.
+        """
+        start = -1 if after is None else after.xact
+        limit, self.limit = self.limit, FEED_CHUNK
+        if len(rows) >= limit:
+            last = rows[-1]
+            self.width = max(1, last.xact - start)
+            if last.xact == start:
+                self.limit = min(2 * limit, BAND_PAGE_MAX)
+            return FeedKey(last.xact, last.session_pk, last.version), True
+        if 2 * len(rows) < limit:
+            self.width = min(self.width * 2, BAND_MAX)
+        done = FeedKey(upto, _KEY_END, _KEY_END)  # the whole band is handed out
+        if after is not None and after >= done:
+            done = after
+        return done, upto < below - 1
 
 
 class Pacer:

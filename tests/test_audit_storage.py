@@ -6,9 +6,10 @@ from __future__ import annotations
 import hashlib
 from dataclasses import replace
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.exc import DBAPIError
 
 from conftest import make_store
@@ -75,6 +76,31 @@ def test_replace_into_events_is_refused(
                 )
     assert [e.to_json() for e in store.history("s1")] == before
     assert store.verify("s1").ok
+
+
+def test_replace_into_events_naming_a_recorded_feed_number_is_refused_on_sqlite(tmp_path: Path) -> None:
+    # SQLite only: there the feed number is the rowid, which REPLACE would free by deleting
+    # its row; on PostgreSQL it is a plain column that transactions share.
+    url = f"sqlite:///{tmp_path / 'events.db'}"
+    with make_store(url) as store:
+        store.append("s1", [{"type": "stop"}, {"type": "retry"}])
+        store.append("s2", [{"type": "stop"}])
+        before = [e.to_json() for e in store.feed(idle_timeout=0)]
+        engine = create_engine(url)
+        for verb in ("INSERT OR REPLACE INTO", "REPLACE INTO"):
+            with pytest.raises(DBAPIError, match="immutable"):
+                with engine.begin() as conn:
+                    conn.execute(
+                        text(
+                            f"{verb} events (session_pk, version, event_id, type, turn, payload, "
+                            "recorded_at, actor, metadata, hash, xact) "
+                            "SELECT session_pk, 3, NULL, type, turn, payload, recorded_at, actor, "
+                            "metadata, hash, xact FROM events WHERE version = 1 AND xact = 1"
+                        )
+                    )
+        engine.dispose()
+        assert [e.to_json() for e in store.feed(idle_timeout=0)] == before
+        assert store.verify("s1").ok
 
 
 def test_a_taken_version_is_still_a_concurrency_error(

@@ -16,16 +16,25 @@ from sqlalchemy import Engine, create_engine, inspect, text
 
 from conftest import make_store
 from eventstore.storage.migrate import HEAD_REVISION, alembic_config, migrations_dir
-from eventstore.storage.schema import VERSION_TABLE, metadata
+from eventstore.storage.schema import POSTGRESQL_ONLY, SQLITE_FEED_KEY, VERSION_TABLE, metadata
 from eventstore import EventStore
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _diffs(engine: Engine) -> list[object]:
+    sqlite = engine.dialect.name == "sqlite"
+
+    def declared_for_dialect(obj: object, name: str | None, type_: str, reflected: bool, other: object) -> bool:
+        # The feed's storage differs per dialect (see eventstore/storage/schema.py).
+        if type_ == "index" and name in POSTGRESQL_ONLY:
+            return not sqlite
+        return not (type_ == "unique_constraint" and name == SQLITE_FEED_KEY)
+
     with engine.connect() as conn:
         ctx = MigrationContext.configure(
-            conn, opts={"compare_type": True, "version_table": VERSION_TABLE}
+            conn,
+            opts={"compare_type": True, "version_table": VERSION_TABLE, "include_object": declared_for_dialect},
         )
         return list(compare_metadata(ctx, metadata))
 
@@ -58,6 +67,43 @@ def test_downgrade_to_base_and_upgrade_again(db_url: str, raw_engine: Engine) ->
     with EventStore(db_url) as store:
         store.migrate()
         assert store.append("s1", [{"type": "stop"}]).version == 1
+    assert _diffs(raw_engine) == []
+
+
+def _feed_storage(engine: Engine) -> str:
+    """How the feed's number is stored: its index (PostgreSQL) or the table's key (SQLite)."""
+    with engine.connect() as conn:
+        if engine.dialect.name == "postgresql":
+            rows = conn.execute(
+                text("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'events' AND indexdef LIKE '%xact%'")
+            ).all()
+            return "; ".join(f"{name}: {' '.join(d.split(' USING ')[1:])}" for name, d in rows)
+        ddl = conn.execute(text("SELECT sql FROM sqlite_master WHERE name = 'events'")).scalar_one()
+        return "rowid" if "PRIMARY KEY (xact)" in ddl else "column"
+
+
+def test_revision_0005_moves_the_feed_storage_and_keeps_every_position(
+    db_url: str, raw_engine: Engine
+) -> None:
+    with make_store(db_url) as store:
+        for i in range(3):
+            store.append(f"s{i}", [{"type": "stop"}] * 2)
+            store.append("s0", [{"type": "stop"}])
+        before = [(e.session_id, e.version, e.position) for e in store.feed(idle_timeout=0)]
+    new = "ix_events_xact: brin (xact) WITH (pages_per_range='16', autosummarize='on')"
+    old = "ix_events_xact_session_pk_version: btree (xact, session_pk, version)"
+    sqlite = raw_engine.dialect.name == "sqlite"
+    assert _feed_storage(raw_engine) == ("rowid" if sqlite else new)
+    with raw_engine.begin() as conn:
+        command.downgrade(alembic_config(conn), "0004_turn_leases")
+    assert _feed_storage(raw_engine) == ("column" if sqlite else old)
+    with make_store(db_url) as store:  # upgraded again
+        assert _feed_storage(raw_engine) == ("rowid" if sqlite else new)
+        assert [(e.session_id, e.version, e.position) for e in store.feed(idle_timeout=0)] == before
+        resumed = [(e.session_id, e.version) for e in store.feed(after=before[3][2], idle_timeout=0)]
+        assert resumed == [(s, v) for s, v, _ in before[4:]]
+        store.append("s1", [{"type": "stop"}])
+        assert [(e.session_id, e.version) for e in store.feed(after=before[-1][2], idle_timeout=0)] == [("s1", 3)]
     assert _diffs(raw_engine) == []
 
 

@@ -821,21 +821,34 @@ class Storage(ABC):
 
     # -- feed -----------------------------------------------------------------------------
 
+    #: The feed reads bands of ``xact`` (``upto`` of :meth:`read_feed`) because its index
+    #: cannot return rows in feed order (PostgreSQL's BRIN index); see eventstore/feed.py.
+    feed_banded: bool = False
+
     @abstractmethod
     def feed_barrier(self, tx: Tx) -> FeedBarrier:
         """How far the feed may read now (see :class:`FeedBarrier`)."""
 
     @abstractmethod
-    def read_feed(self, tx: Tx, *, after: tuple[int, int, int] | None, limit: int) -> list[FeedRow]:
+    def feed_below(self, tx: Tx) -> int | None:
+        """:attr:`FeedBarrier.below` alone (without looking for pending rows): read it
+        before the page, in the same transaction."""
+
+    @abstractmethod
+    def read_feed(
+        self, tx: Tx, *, after: tuple[int, int, int] | None, limit: int, upto: int | None = None
+    ) -> list[FeedRow]:
         """Final events in feed order after the key ``(xact, session_pk, version)``.
 
         "Final": no event can ever be added before them (PostgreSQL: ``xact`` below the
-        oldest transaction running when the statement's snapshot was taken; SQLite: every
-        committed event).
+        oldest running transaction, which the caller passes as ``upto`` < that bound;
+        SQLite: every committed event).
 
         Args:
             after: the key of the last event read (``None``: from the start).
             limit: at most this many rows.
+            upto: with :attr:`feed_banded`, only rows with ``xact <= upto`` (required
+                there; ignored otherwise).
         """
 
     @abstractmethod

@@ -696,6 +696,7 @@ class PostgresStorage(SqlStorage):
         event.listen(engine, "checkout", self._on_checkout)
         super().__init__(engine, url)
         self._q_feed_barrier = Compiled(_feed_barrier(), engine.dialect)
+        self._q_feed_below = Compiled(select(_snapshot_xmin()), engine.dialect)
 
     def _on_checkout(self, dbapi_conn: Any, record: Any, _proxy: Any) -> None:
         """Liveness check at checkout, without a round trip on the append hot path.
@@ -955,13 +956,15 @@ class PostgresStorage(SqlStorage):
         )
         return func.greatest(literal_column(FEED_XACT), earlier)
 
-    def _feed_bound(self) -> Any:
-        # In the page's own statement, so the rows and the barrier share one snapshot.
-        return select(_snapshot_xmin()).scalar_subquery()
+    feed_banded = True
 
     def feed_barrier(self, tx: Tx) -> FeedBarrier:
         r = self._fetchone(tx, self._q_feed_barrier, {})
         return FeedBarrier(int(r[0]), bool(r[1]))
+
+    def feed_below(self, tx: Tx) -> int | None:
+        # Read before the page, so every row below it is committed in the page's snapshot.
+        return int(self._fetchone(tx, self._q_feed_below, {})[0])
 
     def _probe(self) -> Probe:
         return _ListenProbe(self.engine)

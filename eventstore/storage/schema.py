@@ -9,7 +9,8 @@ Tables::
 
     sessions            one row per session (root or branch); the append lock and head cache,
                         the streaming turn's writer lease, closed sessions
-    events              the immutable log, PK (session_pk, version)
+    events              the immutable log, PK (session_pk, version) (SQLite: PK xact, the
+                        rowid, and (session_pk, version) unique)
     snapshot_blobs      a chunk of encoded top-level messages per row, keyed by its digest (shared)
     snapshots           a state every ``snapshot_every`` versions: status/error + message digests
     compaction_permits  a row exists only inside a compaction transaction (lets DELETE through)
@@ -50,6 +51,8 @@ __all__ = [
     "compactions",
     "tombstones",
     "feed_clock",
+    "SQLITE_FEED_KEY",
+    "POSTGRESQL_ONLY",
 ]
 
 NAMING_CONVENTION = {
@@ -111,10 +114,19 @@ events = Table(
     # The feed's order is (xact, session_pk, version). PostgreSQL: the writing transaction's
     # id (never lower than the session's previous event's), a column default so that every
     # insert gets it; the feed reads only below the oldest running transaction. SQLite (one
-    # writer at a time): a number that grows in commit order, given by the insert.
-    Column("xact", BigInteger, nullable=True),
+    # writer at a time): a number that grows in commit order, given by the insert — and
+    # the table's rowid (see SQLITE_FEED_KEY).
+    Column("xact", BigInteger().with_variant(Integer(), "sqlite"), nullable=True),
     PrimaryKeyConstraint("session_pk", "version"),
-    Index("ix_events_xact_session_pk_version", "xact", "session_pk", "version"),
+    # PostgreSQL only: a BRIN index (a few bytes per range of 16 pages, not an entry per
+    # event): transaction ids grow with insertion order, so each range covers a narrow
+    # band of them and the feed reads bounded bands (see eventstore/feed.py).
+    Index(
+        "ix_events_xact",
+        "xact",
+        postgresql_using="brin",
+        postgresql_with={"pages_per_range": "16", "autosummarize": "on"},
+    ).ddl_if(dialect="postgresql"),
     Index(
         "ix_events_session_pk_event_id",
         "session_pk",
@@ -188,6 +200,14 @@ tombstones = Table(
     # The session whose erasure took this one with it (a branch of it); NULL for that one.
     Column("erased_with", Text, nullable=True),
 )
+
+#: SQLite's events table differs from the declaration above in one point: its primary key
+#: is ``xact`` (an INTEGER PRIMARY KEY, the rowid: the feed reads the table's own B-tree
+#: in order, with no index of its own), and ``(session_pk, version)`` is this unique
+#: constraint instead (see revision 0005). PostgreSQL has no such constraint and no index
+#: on ``xact`` for SQLite: the names the schema comparison skips per dialect.
+SQLITE_FEED_KEY = "uq_events_session_pk_version"
+POSTGRESQL_ONLY = frozenset({"ix_events_xact"})
 
 feed_clock = Table(
     "feed_clock",

@@ -148,24 +148,43 @@ def insert_events_stmt(xact: Any) -> Any:
     return insert(events).values(values)
 
 
-# The feed: events after a key (xact, session_pk, version), in that order — the order of
-# the index on those columns, so a page is one index range scan that stops at its LIMIT.
-# The page is cut from events alone and joined to the session ids afterwards: a join
-# around the scan lets the planner choose a hash join and sort every later row.
+# The feed: events after a key (xact, session_pk, version), in that order.
 _FEED_KEY = tuple_(events.c.xact, events.c.session_pk, events.c.version)
+_FEED_COLS = (*_EVENT_COLS, events.c.xact, sessions.c.id)
 
 
-def read_feed_stmt(bound: Any) -> Any:
-    """The feed's page after a key; ``bound`` (a SQL expression, or ``None``) is the
-    dialect's upper limit on ``xact`` below which rows are final."""
-    page = select(*_EVENT_COLS, events.c.xact).where(_FEED_KEY > tuple_(_P("x"), _P("s"), _P("v")))
-    if bound is not None:
-        page = page.where(events.c.xact < bound)
-    e = page.order_by(events.c.xact, events.c.session_pk, events.c.version).limit(_P("lim")).subquery("e")
+def read_feed_stmt(banded: bool) -> Any:
+    """The feed's page after a key.
+
+    ``banded`` (PostgreSQL): only rows with ``:x <= xact <= :upto`` are read — a band the
+    BRIN index on ``xact`` finds as a few page ranges, sorted in memory. The page is cut
+    from events alone and joined to the session ids afterwards: a join around the scan
+    lets the planner choose a hash join and sort every later row.
+
+    Otherwise (SQLite) ``xact`` is unique and the table's own key: the page is a range
+    scan of the table after ``:x``, each row's session id looked up by its key as it goes
+    (already in order: no sort).
+    """
+    if not banded:
+        return (
+            select(*_FEED_COLS)
+            .join_from(events, sessions, sessions.c.pk == events.c.session_pk)
+            .where(events.c.xact > _P("x"))
+            .order_by(events.c.xact)
+            .limit(_P("lim"))
+        )
+    order = (events.c.xact, events.c.session_pk, events.c.version)
+    e = (
+        select(*_EVENT_COLS, events.c.xact)
+        .where(_FEED_KEY > tuple_(_P("x"), _P("s"), _P("v")), events.c.xact >= _P("x"), events.c.xact <= _P("upto"))
+        .order_by(*order)
+        .limit(_P("lim"))
+        .subquery("e")
+    )
     return (
         select(*(e.c[c.name] for c in _EVENT_COLS), e.c.xact, sessions.c.id)
         .join_from(e, sessions, sessions.c.pk == e.c.session_pk)
-        .order_by(e.c.xact, e.c.session_pk, e.c.version)
+        .order_by(*(e.c[c.name] for c in order))
     )
 
 
@@ -340,7 +359,7 @@ class SqlStorage(Storage):
         self._q_set_head = Compiled(S_SET_HEAD, d)
         self._q_move_head = Compiled(S_MOVE_HEAD, d)
         self._q_insert_events = Compiled(insert_events_stmt(self._new_xact()), d)
-        self._q_feed = Compiled(read_feed_stmt(self._feed_bound()), d)
+        self._q_feed = Compiled(read_feed_stmt(self.feed_banded), d)
         self._watcher: ChangeWatcher | None = None
         self._async_watcher: AsyncChangeWatcher | None = None
         self._watcher_lock = threading.Lock()
@@ -399,11 +418,6 @@ class SqlStorage(Storage):
         """The feed number of an inserted event, as a SQL expression over its bound
         ``session_pk`` and ``version`` (see ``eventstore/feed.py``)."""
         raise NotImplementedError
-
-    def _feed_bound(self) -> Any:
-        """The SQL expression below which ``xact`` values are final, or ``None`` when
-        every committed row is (see :meth:`read_feed`)."""
-        return None
 
     def _probe(self) -> Probe:
         """How this backend notices commits (for :meth:`watcher`)."""
@@ -811,10 +825,15 @@ class SqlStorage(Storage):
     def feed_barrier(self, tx: Tx) -> FeedBarrier:
         return FeedBarrier(None)
 
-    def read_feed(self, tx: Tx, *, after: tuple[int, int, int] | None, limit: int) -> list[FeedRow]:
+    def feed_below(self, tx: Tx) -> int | None:
+        return None
+
+    def read_feed(
+        self, tx: Tx, *, after: tuple[int, int, int] | None, limit: int, upto: int | None = None
+    ) -> list[FeedRow]:
         x, s, v = (-1, 0, 0) if after is None else after
-        rows = self._fetchall(tx, self._q_feed, {"x": x, "s": s, "v": v, "lim": limit})
-        return [FeedRow._make(r) for r in rows]
+        params = {"x": x, "s": s, "v": v, "lim": limit, "upto": upto}
+        return [FeedRow._make(r) for r in self._fetchall(tx, self._q_feed, params)]
 
     def watcher(self) -> ChangeWatcher:
         with self._watcher_lock:

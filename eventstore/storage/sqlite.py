@@ -37,6 +37,8 @@ __all__ = [
     "FEED_DDL_V3",
     "DROP_FEED_DDL_V3",
     "feed_backfill_v3",
+    "feed_rowid_v5",
+    "FEED_DDL_V5",
 ]
 
 _WRITE = "eventstore_write"
@@ -143,6 +145,84 @@ def feed_backfill_v3() -> tuple[str, ...]:
         "DROP TRIGGER events_no_update",
         "UPDATE events SET xact = 0 WHERE xact IS NULL",
         no_update,
+    )
+
+
+#: Revision 0005: the feed number is the rowid, and ``INSERT OR REPLACE`` resolves a rowid
+#: conflict by deleting the row that holds it (no DELETE trigger fires for that): so an
+#: insert naming a recorded number is refused too, like a recorded version or event id.
+FEED_DDL_V5 = (
+    """
+    CREATE TRIGGER events_no_replace_xact BEFORE INSERT ON events
+    WHEN NEW.xact IS NOT NULL AND EXISTS (SELECT 1 FROM events e WHERE e.xact = NEW.xact)
+    BEGIN
+        SELECT RAISE(ABORT, 'events are immutable: this feed number is already recorded');
+    END
+    """,
+)
+
+_EVENT_COLUMNS = (
+    "session_pk INTEGER NOT NULL, version INTEGER NOT NULL, event_id TEXT, type TEXT NOT NULL, "
+    "turn INTEGER NOT NULL, payload BLOB NOT NULL, recorded_at BIGINT NOT NULL, actor TEXT, "
+    "metadata BLOB, hash BLOB NOT NULL"
+)
+_EVENT_NAMES = "session_pk, version, event_id, type, turn, payload, recorded_at, actor, metadata, hash"
+
+
+def feed_rowid_v5(upgrade: bool) -> tuple[str, ...]:
+    """Revision 0005: the feed number becomes the events table's rowid (or, downgrading,
+    an indexed column again).
+
+    ``xact INTEGER PRIMARY KEY`` makes the number the key of the table's own B-tree: no
+    column and no index of its own, the feed a rowid range scan, and the number stable
+    (an explicit INTEGER PRIMARY KEY survives ``VACUUM``; a plain rowid may not). The
+    session key ``(session_pk, version)`` becomes a unique constraint, the index it had.
+
+    SQLite cannot change a primary key in place, so the table is rebuilt: copied into a
+    new one, the old one dropped, the new one renamed, its index and triggers recreated
+    (and :data:`FEED_DDL_V5`'s guard of the numbers added).
+    Numbers are kept, except that the events recorded before revision 0003 (all numbered
+    0) get 1..n in session order and the others move up by n, so that every number is
+    unique and the feed's order is unchanged (positions handed out before move only
+    back: resuming from one can repeat events, never skip one).
+    """
+    if upgrade:
+        table = (
+            f"CREATE TABLE events_v5 ({_EVENT_COLUMNS}, xact INTEGER, "
+            "CONSTRAINT pk_events PRIMARY KEY (xact), "
+            "CONSTRAINT uq_events_session_pk_version UNIQUE (session_pk, version))"
+        )
+        unnumbered = "(SELECT count(*) FROM events WHERE coalesce(xact, 0) = 0)"
+        number = (
+            f"CASE WHEN coalesce(xact, 0) > 0 THEN xact + {unnumbered} "
+            "ELSE row_number() OVER (PARTITION BY coalesce(xact, 0) > 0 ORDER BY session_pk, version) END"
+        )
+        renumber_clock: tuple[str, ...] = (f"UPDATE feed_clock SET xact = xact + {unnumbered}",)
+        index: tuple[str, ...] = FEED_DDL_V5
+    else:
+        table = (
+            f"CREATE TABLE events_v5 ({_EVENT_COLUMNS}, xact BIGINT, "
+            "CONSTRAINT pk_events PRIMARY KEY (session_pk, version))"
+        )
+        number, renumber_clock = "xact", ()
+        index = (
+            "CREATE INDEX ix_events_xact_session_pk_version ON events (xact, session_pk, version)",
+        )
+    return (
+        *DROP_FEED_DDL_V3,
+        *DROP_AUDIT_DDL_V2,
+        *DROP_IMMUTABILITY_DDL_V1,
+        *renumber_clock,
+        table,
+        f"INSERT INTO events_v5 ({_EVENT_NAMES}, xact) SELECT {_EVENT_NAMES}, {number} FROM events",
+        "DROP TABLE events",
+        "ALTER TABLE events_v5 RENAME TO events",
+        "CREATE UNIQUE INDEX ix_events_session_pk_event_id ON events (session_pk, event_id) "
+        "WHERE event_id IS NOT NULL",
+        *index,
+        *IMMUTABILITY_DDL_V1,
+        *audit_ddl_v2("main"),
+        *FEED_DDL_V3,
     )
 
 
