@@ -1,7 +1,7 @@
 """Streaming turns for asyncio: the twin of :mod:`eventstore.streaming`.
 
 The same :class:`~eventstore.turnplan.TurnState` decisions and the same I/O functions
-(:func:`~eventstore.streaming.open_turn`, :func:`~eventstore.streaming.flush_turns`,
+(:func:`~eventstore.streaming.open_locked`, :func:`~eventstore.streaming.flush_turns`,
 :func:`~eventstore.streaming.release_lease`, run in a greenlet by :func:`eventstore.aio.run`
 so that each round trip awaits on the loop); only the waiting differs: one
 :class:`asyncio.Condition` instead of threading conditions, and the flusher is a task of
@@ -21,7 +21,14 @@ from .aio import run
 from .codec import encode_action
 from .engine import Engine
 from .errors import EventStoreError, InvalidEvent, StorageError
-from .streaming import TurnView, flush_turns, open_turn, release_lease
+from .streaming import (
+    TurnView,
+    claiming_turn,
+    flush_turns,
+    open_locked,
+    prepare_opening,
+    release_lease,
+)
 from .turnplan import INTERRUPTION, MAX_PENDING, Pending, TurnState, turn_action
 
 __all__ = ["AsyncStreamingTurn", "AsyncTurnWriter"]
@@ -50,15 +57,32 @@ class AsyncTurnWriter:
         self, session: Any, send_action: Any, *, actor: Any, max_delay: Any
     ) -> TurnState:
         """Twin of :meth:`eventstore.streaming.TurnWriter.open`."""
-        state = await run(
-            open_turn, self.engine, session, send_action, actor=actor, max_delay=max_delay
+        opening = prepare_opening(
+            self.engine, session, send_action, actor=actor, max_delay=max_delay
         )
+        state = claiming_turn(self.engine, opening)
+        if state is not None:
+            self._enlist(state)
+            cond = self._condition()
+            async with cond:
+                cond.notify_all()
+                try:
+                    await self._wait(state, 0)
+                finally:
+                    if state.durable < 0:  # refused (or failed): not a turn
+                        self._turns.remove(state)
+            if not state.refused:
+                return state
+        state = await run(open_locked, self.engine, opening)
+        self._enlist(state)
+        return state
+
+    def _enlist(self, state: TurnState) -> None:
         if self._closing:
             raise StorageError("the store is closed")
         self._turns.append(state)
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run())
-        return state
 
     async def add(
         self, state: TurnState, action: dict[str, Any], *, release: bool = False

@@ -24,7 +24,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Any
 
@@ -52,7 +52,18 @@ from .turnplan import (
     writer_stale,
 )
 
-__all__ = ["DEFAULT_MAX_DELAY", "StreamingTurn", "TurnView", "TurnWriter", "close_session", "recover"]
+__all__ = [
+    "DEFAULT_MAX_DELAY",
+    "Opening",
+    "StreamingTurn",
+    "TurnView",
+    "TurnWriter",
+    "claiming_turn",
+    "close_session",
+    "open_locked",
+    "prepare_opening",
+    "recover",
+]
 
 #: How long a text or reasoning delta may wait before it is durable, by default.
 DEFAULT_MAX_DELAY = 0.02
@@ -62,6 +73,9 @@ _RETRIES = 8
 # two measured no better on 2 CPUs).
 FLUSHERS = 2
 _RETRY_DELAY = 0.05
+# A waiting writer re-checks its turn at least this often (a safety net: every change to a
+# turn is signalled to its own condition).
+_WAIT_CHECK = 1.0
 
 
 def check_max_delay(value: Any) -> float:
@@ -94,14 +108,14 @@ class TurnWriter:
     """The group committer of one store: open turns and the flusher thread.
 
     Thread safety: turns may be written from any thread; one lock guards every
-    :class:`TurnState` and two conditions on it wake the flusher and the waiting writers.
+    :class:`TurnState`; conditions on it wake the flusher, and each turn's waiting writer
+    (``TurnState.waiter``).
     """
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
-        self._done = threading.Condition(self._lock)
         self._turns: list[TurnState] = []
         self._attempts: dict[str, int] = {}
         self._threads: list[threading.Thread] = []
@@ -115,26 +129,48 @@ class TurnWriter:
         """Store the opening action and take the session's writer lease, in one
         transaction; return once that is durable.
 
+        When this process wrote the session last, the opening joins the group commit
+        (the next flush stores it, conditional on the head and on no turn holding the
+        lease); otherwise, or when that condition fails, it takes the session's lock.
+
         Raises:
             InvalidEvent: an argument is malformed.
             SessionClosed: the session is closed.
             TurnBusy: another turn holds the session's lease.
         """
-        state = open_turn(self.engine, session, send_action, actor=actor, max_delay=max_delay)
+        opening = prepare_opening(
+            self.engine, session, send_action, actor=actor, max_delay=max_delay
+        )
+        state = claiming_turn(self.engine, opening)
+        if state is not None:
+            with self._lock:
+                self._enlist(state)
+                self._wake.notify()
+                try:
+                    self._wait(state, 0)
+                finally:
+                    if state.durable < 0:  # refused (or failed): not a turn
+                        self._turns.remove(state)
+            if not state.refused:
+                return state
+        state = open_locked(self.engine, opening)
         with self._lock:
-            if self._closing:
-                raise StorageError("the store is closed")
-            self._turns.append(state)
-            if not self._threads:
-                # FLUSHERS threads share the work: one builds and sends a flush while another
-                # waits for its commit; a turn with a flush in flight is never taken by another.
-                for i in range(FLUSHERS):
-                    t = threading.Thread(
-                        target=self._run, name=f"eventstore-turns-{i}", daemon=True
-                    )
-                    t.start()
-                    self._threads.append(t)
+            self._enlist(state)
         return state
+
+    def _enlist(self, state: TurnState) -> None:
+        # Called with the lock held.
+        if self._closing:
+            raise StorageError("the store is closed")
+        state.waiter = threading.Condition(self._lock)
+        self._turns.append(state)
+        if not self._threads:
+            # FLUSHERS threads share the work: one builds and sends a flush while another
+            # waits for its commit; a turn with a flush in flight is never taken by another.
+            for i in range(FLUSHERS):
+                t = threading.Thread(target=self._run, name=f"eventstore-turns-{i}", daemon=True)
+                t.start()
+                self._threads.append(t)
 
     # -- writing ------------------------------------------------------------------------
 
@@ -150,7 +186,7 @@ class TurnWriter:
         self.engine.validate.size(encoded[1], "the part")
         with self._lock:
             while not state.over and state.buffered >= MAX_PENDING:
-                self._done.wait()
+                state.waiter.wait(_WAIT_CHECK)
             self._raise_if_over(state)
             now = time.monotonic()
             first = not state.pending
@@ -213,7 +249,7 @@ class TurnWriter:
     def _wait(self, state: TurnState, seq: int, *, until_finished: bool = False) -> None:
         # Called with the lock held.
         while not state.over and (state.durable < seq or (until_finished and not state.finished)):
-            self._done.wait()
+            state.waiter.wait(_WAIT_CHECK)
         if state.durable < seq:
             self._raise_if_over(state)
 
@@ -259,7 +295,10 @@ class TurnWriter:
                     for t, _, _ in work:
                         t.failed(err)
             with self._lock:
-                self._done.notify_all()
+                # Only the turns of this flush changed: waking every waiting writer at each
+                # flush costs a thread switch per open turn (many at W = 64).
+                for t, _, _ in work:
+                    t.waiter.notify_all()
 
     def close(self) -> None:
         """Stop the flusher once every open turn's buffer is written."""
@@ -378,56 +417,78 @@ class StreamingTurn(TurnView):
         return state.row.head
 
 
-def open_turn(
+@dataclass(frozen=True, slots=True)
+class Opening:
+    """A validated request to open a turn (see :func:`prepare_opening`)."""
+
+    session: str
+    action: dict[str, Any]
+    type: str
+    payload: bytes
+    actor: str | None
+    max_delay: float
+    token: str
+
+
+def prepare_opening(
     engine: Engine, session: Any, send_action: Any, *, actor: Any, max_delay: Any
-) -> TurnState:
-    """Store a turn's opening action and take the session's writer lease, in one
-    transaction (the I/O of entering a turn, shared by the sync and async writers).
+) -> Opening:
+    """Validate the arguments of entering a turn and draw its lease token (no I/O).
 
     Raises:
         InvalidEvent: an argument is malformed.
-        SessionClosed: the session is closed.
-        TurnBusy: another turn holds the session's lease.
     """
-    eng = engine
-    v = eng.validate
+    v = engine.validate
     v.id(session, "session")
     v.optional_id(actor, "actor")
     delay = check_max_delay(max_delay)
     action = opening_action(send_action)
-    encoded = encode_action(action)
-    v.size(encoded[1], "the send action", field="send_action")
+    type_, payload = encode_action(action)
+    v.size(payload, "the send action", field="send_action")
     token = "t" + uuid.uuid4().hex[:16]
+    return Opening(session, action, type_, payload, actor, delay, token)
+
+
+def claiming_turn(engine: Engine, opening: Opening) -> TurnState | None:
+    """A turn whose first flush stores the opening action and takes the lease, in the
+    group commit, when this process wrote the session last (it knows the head); else
+    ``None``. The flush writes it only if that head is still the session's and no turn
+    holds the lease; otherwise the turn is ``refused`` and :func:`open_locked` decides."""
+    known = engine.planner.take_head(opening.session)
+    if known is None:
+        return None
+    now = time.monotonic()
+    o = opening
+    state = TurnState(o.session, known, o.token, o.actor, o.max_delay, now)
+    state.opening(o.action, o.type, o.payload, now)
+    return state
+
+
+def open_locked(engine: Engine, opening: Opening) -> TurnState:
+    """Store a turn's opening action and take the session's writer lease, in one
+    transaction holding the session's lock (the I/O of entering a turn when the group
+    commit cannot, shared by the sync and async writers).
+
+    Raises:
+        SessionClosed: the session is closed.
+        TurnBusy: another turn holds the session's lease.
+    """
+    eng = engine
     st = eng.storage
+    o = opening
     now = now_micros()
-    ids = (event_id(token, 0),)
-    known = eng.planner.take_head(session)
-    if known is not None:
-        # This process wrote the session last (an earlier turn): one round trip that stores
-        # the send and takes the lease only if the head is still that and no turn holds it.
-        rows, prev, turn = event_rows(known, session, [encoded], ids, actor, None, now)
-        plan = eng.planner.plan(known, [action], rows[-1].version)
-        if plan is not None:
-            batch = TurnBatch(
-                known.pk, known.head, known.head_hash, token, now, rows, turn,
-                plan.snapshots, plan.blobs, claim=True,
-            )  # fmt: skip
-            if st.append_batches([batch])[0]:
-                head = head_after(known, rows[-1].version, prev, turn)
-                eng.planner.committed(head, plan)
-                return TurnState(session, head, token, actor, delay, time.monotonic())
-    with st.write(session=session) as tx:
-        row = eng.lock_for_append(tx, session)
+    with st.write(session=o.session) as tx:
+        row = eng.lock_for_append(tx, o.session)
         control = eng.check_open(tx, row)
         if control.writer is not None:
-            raise TurnBusy(session, max(0, now - (control.writer_seen or now)) / 1e6)
+            raise TurnBusy(o.session, max(0, now - (control.writer_seen or now)) / 1e6)
         rows, prev, turn, plan = eng.write_locked(
-            tx, row, [action], [encoded], ids, actor, None, now
+            tx, row, [o.action], [(o.type, o.payload)], (event_id(o.token, 0),), o.actor, None, now
         )
-        st.set_writer(tx, row.pk, token, now)
+        st.set_writer(tx, row.pk, o.token, now)
     head = head_after(row, rows[-1].version, prev, turn)
     eng.planner.committed(head, plan)
-    return TurnState(session, head, token, actor, delay, time.monotonic())
+    return TurnState(o.session, head, o.token, o.actor, o.max_delay, time.monotonic())
 
 
 def flush_turns(
@@ -488,6 +549,7 @@ def flush_turns(
                 plan.snapshots,
                 plan.blobs,
                 release,
+                claim=t.claiming,
             )
         )
         heads.append((head_after(row, rows[-1].version, prev, turn), plan))

@@ -197,7 +197,7 @@ class TurnState:
         token: the turn's lease token (and event-id prefix).
         row: the session row at the newest head this turn knows.
         opened: the version of the opening action.
-        durable: the highest sequence number known to be durable.
+        durable: the highest sequence number known to be durable (-1 while claiming).
         stopped: a stop (own or foreign), crash recovery or a close ended the turn.
         stop_version: the version of the event that ended it, when known.
         own_stop: the turn ended by its own ``stop``.
@@ -207,6 +207,11 @@ class TurnState:
         error: a storage failure that ended the turn.
         release: the turn is ending: its last batch gives the lease up.
         finished: the lease is given up; nothing more is written.
+        claiming: the opening action is buffered (:meth:`opening`): the first flush writes
+            it and takes the lease, in the same group commit as every other turn's batch.
+        refused: that claim found the session moved, leased or closed; nothing was
+            written, and the opener takes the locked path instead.
+        waiter: the writer's wake-up handle for this turn (opaque here).
     """
 
     def __init__(
@@ -241,6 +246,9 @@ class TurnState:
         self.own_stop = False
         self.wanted = 0
         self.hold_until = 0.0
+        self.claiming = False
+        self.refused = False
+        self.waiter: Any = None
 
     # -- buffering ------------------------------------------------------------------------
 
@@ -265,10 +273,18 @@ class TurnState:
             self.wanted = p.seq
         return p
 
+    def opening(self, action: dict[str, Any], type_: str, payload: bytes, now: float) -> Pending:
+        """Buffer the turn's opening action (sequence number 0): the next flush writes it
+        and takes the lease only if the head is still :attr:`row`'s and no turn holds it."""
+        p = Pending(0, action, type_, payload, True)
+        self.pending, self.since, self.wanted, self.claiming = [p], now, 0, True
+        self.durable = -1
+        return p
+
     @property
     def over(self) -> bool:
-        """Nothing more will be written (stopped, failed, or the lease given up)."""
-        return self.stopped or self.error is not None or self.finished
+        """Nothing more will be written (stopped, failed, refused, or the lease given up)."""
+        return self.stopped or self.error is not None or self.finished or self.refused
 
     def due(self, now: float) -> bool:
         """Whether the writer should flush this turn now."""
@@ -323,6 +339,8 @@ class TurnState:
 
     def written(self, row: SessionRow, now: float, released: bool) -> None:
         """The in-flight batch was committed; ``row`` is the session's new head row."""
+        if self.claiming:
+            self.claiming, self.opened = False, row.head
         if self.inflight:
             self.durable = self.inflight[-1].seq
             if self.inflight[-1].type == "stop":
@@ -366,8 +384,13 @@ class TurnState:
             e = after[mine - 1]
             self.durable = self.inflight[mine - 1].seq
             self.row = head_after(self.row, e.version, e.hash, e.turn)
+            if self.claiming:
+                self.claiming, self.opened = False, e.version
             if self.inflight[mine - 1].type == "stop":
                 self.stopped, self.stop_version, self.own_stop = True, e.version, True
+        elif self.claiming:
+            self.refused, self.inflight = True, []
+            return
         left = self.inflight[mine:]
         self.inflight = []
         self.last_check = now
