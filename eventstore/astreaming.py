@@ -70,17 +70,22 @@ class AsyncTurnWriter:
                     await self._wait(state, 0)
                 finally:
                     if state.durable < 0:  # refused (or failed): not a turn
-                        self._turns.remove(state)
+                        self._delist(state)
             if not state.refused:
                 return state
         state = await run(open_locked, self.engine, opening)
         self._enlist(state)
         return state
 
+    def _delist(self, state: TurnState) -> None:
+        self._turns.remove(state)
+        self.engine.planner.reserve(-1)
+
     def _enlist(self, state: TurnState) -> None:
         if self._closing:
             raise StorageError("the store is closed")
         self._turns.append(state)
+        self.engine.planner.reserve(1)
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
@@ -126,17 +131,17 @@ class AsyncTurnWriter:
                         await self.add(state, dict(INTERRUPTION), release=True)
                     else:
                         async with cond:
-                            state.release = True
-                            cond.notify_all()
-                            await self._wait(state, state.last_seq, until_finished=True)
+                            if not state.leave():
+                                cond.notify_all()
+                                await self._wait(state, state.last_seq, until_finished=True)
                 except EventStoreError:
                     if not interrupted:
                         raise
-            if not state.finished:
+            if state.leased and not state.finished:
                 await run(release_lease, self.engine, state)
         finally:
             if state in self._turns:
-                self._turns.remove(state)
+                self._delist(state)
 
     async def _wait(self, state: TurnState, seq: int, *, until_finished: bool = False) -> None:
         cond = self._condition()
@@ -172,7 +177,7 @@ class AsyncTurnWriter:
                 if not due and self._closing:
                     return
                 due += [t for t in self._turns if t not in due and t.joins_flush(now)]
-                work = [(t, t.take(), t.release) for t in sorted(due, key=lambda t: t.row.pk)]
+                work = [(t, *t.take()) for t in sorted(due, key=lambda t: t.row.pk)]
             try:
                 await run(flush_turns, self.engine, self._lock, work, self._attempts)
             except Exception as exc:  # noqa: BLE001 - never leave a writer waiting forever

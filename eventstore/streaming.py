@@ -150,7 +150,7 @@ class TurnWriter:
                     self._wait(state, 0)
                 finally:
                     if state.durable < 0:  # refused (or failed): not a turn
-                        self._turns.remove(state)
+                        self._delist(state)
             if not state.refused:
                 return state
         state = open_locked(self.engine, opening)
@@ -158,12 +158,18 @@ class TurnWriter:
             self._enlist(state)
         return state
 
+    def _delist(self, state: TurnState) -> None:
+        # Called with the lock held.
+        self._turns.remove(state)
+        self.engine.planner.reserve(-1)
+
     def _enlist(self, state: TurnState) -> None:
         # Called with the lock held.
         if self._closing:
             raise StorageError("the store is closed")
         state.waiter = threading.Condition(self._lock)
         self._turns.append(state)
+        self.engine.planner.reserve(1)
         if not self._threads:
             # FLUSHERS threads share the work: one builds and sends a flush while another
             # waits for its commit; a turn with a flush in flight is never taken by another.
@@ -231,20 +237,20 @@ class TurnWriter:
                         self.add(state, dict(INTERRUPTION), release=True)
                     else:
                         with self._lock:
-                            state.release = True
-                            self._wake.notify()
-                            self._wait(state, state.last_seq, until_finished=True)
+                            if not state.leave():
+                                self._wake.notify()
+                                self._wait(state, state.last_seq, until_finished=True)
                 except EventStoreError:
                     if not interrupted:
                         raise
             with self._lock:
-                needs_release = not state.finished
+                needs_release = state.leased and not state.finished
             if needs_release:
                 release_lease(self.engine, state)
         finally:
             with self._lock:
                 if state in self._turns:
-                    self._turns.remove(state)
+                    self._delist(state)
 
     def _wait(self, state: TurnState, seq: int, *, until_finished: bool = False) -> None:
         # Called with the lock held.
@@ -282,7 +288,7 @@ class TurnWriter:
                     return
                 # One flush carries everything buffered by every open turn, due or not.
                 due += [t for t in self._turns if t not in due and t.joins_flush(now)]
-                work = [(t, t.take(), t.release) for t in sorted(due, key=lambda t: t.row.pk)]
+                work = [(t, *t.take()) for t in sorted(due, key=lambda t: t.row.pk)]
             try:
                 flush_turns(self.engine, self._lock, work, self._attempts)
             except Exception as exc:  # noqa: BLE001 - never leave a writer waiting forever
@@ -519,6 +525,7 @@ def flush_turns(
                     (),
                     row.head_turn,
                     release=release,
+                    claim=not t.leased,
                 )
             )
             heads.append((row, None))
@@ -549,7 +556,7 @@ def flush_turns(
                 plan.snapshots,
                 plan.blobs,
                 release,
-                claim=t.claiming,
+                claim=not t.leased,
             )
         )
         heads.append((head_after(row, rows[-1].version, prev, turn), plan))
