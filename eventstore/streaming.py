@@ -2,16 +2,19 @@
 crash recovery and closing a session.
 
 A :class:`TurnWriter` belongs to one store. Each open :class:`StreamingTurn` buffers its parts in a
-:class:`~eventstore.turnplan.TurnState`; one background thread (the *flusher*) commits
+:class:`~eventstore.turnplan.TurnState`; background threads (the *flushers*) commit
 the buffered events of every open turn together, in one transaction per flush
 (:meth:`~eventstore.storage.base.Storage.append_batches`), each session still appended at
-its exact head. Parts that end a step wake the flusher at once and ``write`` returns only
-when they are durable; deltas wait at most ``max_delay``.
+its exact head. Parts that end a step wake a flusher at once and ``write`` returns only
+when they are durable; deltas wait at most ``max_delay``. A turn's opening ``send`` joins
+the same group commit when this process knows the session's head.
 
 A turn owns its session's stream through a *writer lease* (``sessions.writer``), taken
 in the transaction that stores the opening ``send``, renewed by every flush (and by an
 idle check at least every second), and checked by every flush: a turn whose lease was
-taken away (crash recovery decided its writer was dead) can never write again.
+taken away (crash recovery decided its writer was dead) can never write again. The batch
+that ends the turn's run (its own ``finish``, ``error`` or ``stop``) gives the lease up, so
+leaving the turn costs no commit of its own.
 
 Every decision is in :mod:`eventstore.turnplan`; this module only waits and does I/O.
 """
