@@ -22,6 +22,7 @@ from .codec import encode_action
 from .engine import Engine
 from .errors import EventStoreError, InvalidEvent, StorageError
 from .streaming import (
+    LOCKED_OPENINGS,
     TurnView,
     claiming_turn,
     flush_turns,
@@ -47,6 +48,7 @@ class AsyncTurnWriter:
         self._attempts: dict[str, int] = {}
         self._task: asyncio.Task[None] | None = None
         self._closing = False
+        self._locked_openings: asyncio.Semaphore | None = None
 
     def _condition(self) -> asyncio.Condition:
         if self._cond is None:
@@ -73,7 +75,10 @@ class AsyncTurnWriter:
                         self._delist(state)
             if not state.refused:
                 return state
-        state = await run(open_locked, self.engine, opening)
+        if self._locked_openings is None:
+            self._locked_openings = asyncio.Semaphore(LOCKED_OPENINGS)
+        async with self._locked_openings:
+            state = await run(open_locked, self.engine, opening)
         self._enlist(state)
         return state
 

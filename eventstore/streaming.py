@@ -57,6 +57,7 @@ from .turnplan import (
 
 __all__ = [
     "DEFAULT_MAX_DELAY",
+    "LOCKED_OPENINGS",
     "Opening",
     "StreamingTurn",
     "TurnView",
@@ -76,6 +77,11 @@ _RETRIES = 8
 # two measured no better on 2 CPUs).
 FLUSHERS = 2
 _RETRY_DELAY = 0.05
+# Openings that take the session's lock (a session this process has not written yet), at
+# once per store: a burst of them (every session's first turn after a start) otherwise
+# opens as many connections and transactions as there are sessions, and the group commit
+# of the turns already streaming waits behind them (benchmarks/RESULTS.md).
+LOCKED_OPENINGS = 4
 # A waiting writer re-checks its turn at least this often (a safety net: every change to a
 # turn is signalled to its own condition).
 _WAIT_CHECK = 1.0
@@ -123,6 +129,7 @@ class TurnWriter:
         self._attempts: dict[str, int] = {}
         self._threads: list[threading.Thread] = []
         self._closing = False
+        self._locked_openings = threading.BoundedSemaphore(LOCKED_OPENINGS)
         # When each sleeping flusher wakes up next (monotonic), by thread id.
         self._sleeping: dict[int, float] = {}
 
@@ -156,7 +163,8 @@ class TurnWriter:
                         self._delist(state)
             if not state.refused:
                 return state
-        state = open_locked(self.engine, opening)
+        with self._locked_openings:
+            state = open_locked(self.engine, opening)
         with self._lock:
             self._enlist(state)
         return state
