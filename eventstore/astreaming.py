@@ -1,7 +1,7 @@
 """Streaming turns for asyncio: the twin of :mod:`eventstore.streaming`.
 
 The same :class:`~eventstore.turnplan.TurnState` decisions and the same I/O functions
-(:func:`~eventstore.streaming.open_turn`, :func:`~eventstore.streaming.flush_turns`,
+(:func:`~eventstore.streaming.open_locked`, :func:`~eventstore.streaming.flush_turns`,
 :func:`~eventstore.streaming.release_lease`, run in a greenlet by :func:`eventstore.aio.run`
 so that each round trip awaits on the loop); only the waiting differs: one
 :class:`asyncio.Condition` instead of threading conditions, and the flusher is a task of
@@ -21,7 +21,15 @@ from .aio import run
 from .codec import encode_action
 from .engine import Engine
 from .errors import EventStoreError, InvalidEvent, StorageError
-from .streaming import TurnView, flush_turns, open_turn, release_lease
+from .streaming import (
+    LOCKED_OPENINGS,
+    TurnView,
+    claiming_turn,
+    flush_turns,
+    open_locked,
+    prepare_opening,
+    release_lease,
+)
 from .turnplan import INTERRUPTION, MAX_PENDING, Pending, TurnState, turn_action
 
 __all__ = ["AsyncStreamingTurn", "AsyncTurnWriter"]
@@ -40,6 +48,7 @@ class AsyncTurnWriter:
         self._attempts: dict[str, int] = {}
         self._task: asyncio.Task[None] | None = None
         self._closing = False
+        self._locked_openings: asyncio.Semaphore | None = None
 
     def _condition(self) -> asyncio.Condition:
         if self._cond is None:
@@ -50,15 +59,40 @@ class AsyncTurnWriter:
         self, session: Any, send_action: Any, *, actor: Any, max_delay: Any
     ) -> TurnState:
         """Twin of :meth:`eventstore.streaming.TurnWriter.open`."""
-        state = await run(
-            open_turn, self.engine, session, send_action, actor=actor, max_delay=max_delay
+        opening = prepare_opening(
+            self.engine, session, send_action, actor=actor, max_delay=max_delay
         )
+        state = claiming_turn(self.engine, opening)
+        if state is not None:
+            self._enlist(state)
+            cond = self._condition()
+            async with cond:
+                cond.notify_all()
+                try:
+                    await self._wait(state, 0)
+                finally:
+                    if state.durable < 0:  # refused (or failed): not a turn
+                        self._delist(state)
+            if not state.refused:
+                return state
+        if self._locked_openings is None:
+            self._locked_openings = asyncio.Semaphore(LOCKED_OPENINGS)
+        async with self._locked_openings:
+            state = await run(open_locked, self.engine, opening)
+        self._enlist(state)
+        return state
+
+    def _delist(self, state: TurnState) -> None:
+        self._turns.remove(state)
+        self.engine.planner.reserve(-1)
+
+    def _enlist(self, state: TurnState) -> None:
         if self._closing:
             raise StorageError("the store is closed")
         self._turns.append(state)
+        self.engine.planner.reserve(1)
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run())
-        return state
 
     async def add(
         self, state: TurnState, action: dict[str, Any], *, release: bool = False
@@ -102,17 +136,17 @@ class AsyncTurnWriter:
                         await self.add(state, dict(INTERRUPTION), release=True)
                     else:
                         async with cond:
-                            state.release = True
-                            cond.notify_all()
-                            await self._wait(state, state.last_seq, until_finished=True)
+                            if not state.leave():
+                                cond.notify_all()
+                                await self._wait(state, state.last_seq, until_finished=True)
                 except EventStoreError:
                     if not interrupted:
                         raise
-            if not state.finished:
+            if state.leased and not state.finished:
                 await run(release_lease, self.engine, state)
         finally:
             if state in self._turns:
-                self._turns.remove(state)
+                self._delist(state)
 
     async def _wait(self, state: TurnState, seq: int, *, until_finished: bool = False) -> None:
         cond = self._condition()
@@ -148,7 +182,7 @@ class AsyncTurnWriter:
                 if not due and self._closing:
                     return
                 due += [t for t in self._turns if t not in due and t.joins_flush(now)]
-                work = [(t, t.take(), t.release) for t in sorted(due, key=lambda t: t.row.pk)]
+                work = [(t, *t.take()) for t in sorted(due, key=lambda t: t.row.pk)]
             try:
                 await run(flush_turns, self.engine, self._lock, work, self._attempts)
             except Exception as exc:  # noqa: BLE001 - never leave a writer waiting forever

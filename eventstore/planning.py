@@ -311,6 +311,7 @@ class AppendPlanner:
         self.codec = codec or SnapshotCodec()
         self._lock = threading.Lock()
         self._states: OrderedDict[int, tuple[int, bytes, _Head]] = OrderedDict()
+        self._reserved = 0
         self._heads: OrderedDict[str, SessionRow] = OrderedDict()
 
     def take_head(self, session: str) -> SessionRow | None:
@@ -382,8 +383,15 @@ class AppendPlanner:
                 self._heads.popitem(last=False)
             if plan is not None and plan.head is not None:
                 self._states[row.pk] = (row.head, row.head_hash, plan.head)
-                while len(self._states) > _STATE_CACHE:
+                while len(self._states) > _STATE_CACHE + self._reserved:
                     self._states.popitem(last=False)
+
+    def reserve(self, n: int) -> None:
+        """Keep room for ``n`` more cached states (``n`` < 0 gives it back): each open
+        streaming turn keeps its session's, or every flush past a snapshot boundary would
+        read the state back when more sessions stream than the cache holds."""
+        with self._lock:
+            self._reserved += n
 
     def clear(self) -> None:
         """Forget every cached head and state."""

@@ -2,16 +2,19 @@
 crash recovery and closing a session.
 
 A :class:`TurnWriter` belongs to one store. Each open :class:`StreamingTurn` buffers its parts in a
-:class:`~eventstore.turnplan.TurnState`; one background thread (the *flusher*) commits
+:class:`~eventstore.turnplan.TurnState`; background threads (the *flushers*) commit
 the buffered events of every open turn together, in one transaction per flush
 (:meth:`~eventstore.storage.base.Storage.append_batches`), each session still appended at
-its exact head. Parts that end a step wake the flusher at once and ``write`` returns only
-when they are durable; deltas wait at most ``max_delay``.
+its exact head. Parts that end a step wake a flusher at once and ``write`` returns only
+when they are durable; deltas wait at most ``max_delay``. A turn's opening ``send`` joins
+the same group commit when this process knows the session's head.
 
 A turn owns its session's stream through a *writer lease* (``sessions.writer``), taken
 in the transaction that stores the opening ``send``, renewed by every flush (and by an
 idle check at least every second), and checked by every flush: a turn whose lease was
-taken away (crash recovery decided its writer was dead) can never write again.
+taken away (crash recovery decided its writer was dead) can never write again. The batch
+that ends the turn's run (its own ``finish``, ``error`` or ``stop``) gives the lease up, so
+leaving the turn costs no commit of its own.
 
 Every decision is in :mod:`eventstore.turnplan`; this module only waits and does I/O.
 """
@@ -24,7 +27,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Any
 
@@ -52,7 +55,19 @@ from .turnplan import (
     writer_stale,
 )
 
-__all__ = ["DEFAULT_MAX_DELAY", "StreamingTurn", "TurnView", "TurnWriter", "close_session", "recover"]
+__all__ = [
+    "DEFAULT_MAX_DELAY",
+    "LOCKED_OPENINGS",
+    "Opening",
+    "StreamingTurn",
+    "TurnView",
+    "TurnWriter",
+    "claiming_turn",
+    "close_session",
+    "open_locked",
+    "prepare_opening",
+    "recover",
+]
 
 #: How long a text or reasoning delta may wait before it is durable, by default.
 DEFAULT_MAX_DELAY = 0.02
@@ -62,6 +77,14 @@ _RETRIES = 8
 # two measured no better on 2 CPUs).
 FLUSHERS = 2
 _RETRY_DELAY = 0.05
+# Openings that take the session's lock (a session this process has not written yet), at
+# once per store: a burst of them (every session's first turn after a start) otherwise
+# opens as many connections and transactions as there are sessions, and the group commit
+# of the turns already streaming waits behind them (benchmarks/RESULTS.md).
+LOCKED_OPENINGS = 4
+# A waiting writer re-checks its turn at least this often (a safety net: every change to a
+# turn is signalled to its own condition).
+_WAIT_CHECK = 1.0
 
 
 def check_max_delay(value: Any) -> float:
@@ -94,18 +117,19 @@ class TurnWriter:
     """The group committer of one store: open turns and the flusher thread.
 
     Thread safety: turns may be written from any thread; one lock guards every
-    :class:`TurnState` and two conditions on it wake the flusher and the waiting writers.
+    :class:`TurnState`; conditions on it wake the flusher, and each turn's waiting writer
+    (``TurnState.waiter``).
     """
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
-        self._done = threading.Condition(self._lock)
         self._turns: list[TurnState] = []
         self._attempts: dict[str, int] = {}
         self._threads: list[threading.Thread] = []
         self._closing = False
+        self._locked_openings = threading.BoundedSemaphore(LOCKED_OPENINGS)
         # When each sleeping flusher wakes up next (monotonic), by thread id.
         self._sleeping: dict[int, float] = {}
 
@@ -115,26 +139,55 @@ class TurnWriter:
         """Store the opening action and take the session's writer lease, in one
         transaction; return once that is durable.
 
+        When this process wrote the session last, the opening joins the group commit
+        (the next flush stores it, conditional on the head and on no turn holding the
+        lease); otherwise, or when that condition fails, it takes the session's lock.
+
         Raises:
             InvalidEvent: an argument is malformed.
             SessionClosed: the session is closed.
             TurnBusy: another turn holds the session's lease.
         """
-        state = open_turn(self.engine, session, send_action, actor=actor, max_delay=max_delay)
+        opening = prepare_opening(
+            self.engine, session, send_action, actor=actor, max_delay=max_delay
+        )
+        state = claiming_turn(self.engine, opening)
+        if state is not None:
+            with self._lock:
+                self._enlist(state)
+                self._wake.notify()
+                try:
+                    self._wait(state, 0)
+                finally:
+                    if state.durable < 0:  # refused (or failed): not a turn
+                        self._delist(state)
+            if not state.refused:
+                return state
+        with self._locked_openings:
+            state = open_locked(self.engine, opening)
         with self._lock:
-            if self._closing:
-                raise StorageError("the store is closed")
-            self._turns.append(state)
-            if not self._threads:
-                # FLUSHERS threads share the work: one builds and sends a flush while another
-                # waits for its commit; a turn with a flush in flight is never taken by another.
-                for i in range(FLUSHERS):
-                    t = threading.Thread(
-                        target=self._run, name=f"eventstore-turns-{i}", daemon=True
-                    )
-                    t.start()
-                    self._threads.append(t)
+            self._enlist(state)
         return state
+
+    def _delist(self, state: TurnState) -> None:
+        # Called with the lock held.
+        self._turns.remove(state)
+        self.engine.planner.reserve(-1)
+
+    def _enlist(self, state: TurnState) -> None:
+        # Called with the lock held.
+        if self._closing:
+            raise StorageError("the store is closed")
+        state.waiter = threading.Condition(self._lock)
+        self._turns.append(state)
+        self.engine.planner.reserve(1)
+        if not self._threads:
+            # FLUSHERS threads share the work: one builds and sends a flush while another
+            # waits for its commit; a turn with a flush in flight is never taken by another.
+            for i in range(FLUSHERS):
+                t = threading.Thread(target=self._run, name=f"eventstore-turns-{i}", daemon=True)
+                t.start()
+                self._threads.append(t)
 
     # -- writing ------------------------------------------------------------------------
 
@@ -150,7 +203,7 @@ class TurnWriter:
         self.engine.validate.size(encoded[1], "the part")
         with self._lock:
             while not state.over and state.buffered >= MAX_PENDING:
-                self._done.wait()
+                state.waiter.wait(_WAIT_CHECK)
             self._raise_if_over(state)
             now = time.monotonic()
             first = not state.pending
@@ -195,25 +248,25 @@ class TurnWriter:
                         self.add(state, dict(INTERRUPTION), release=True)
                     else:
                         with self._lock:
-                            state.release = True
-                            self._wake.notify()
-                            self._wait(state, state.last_seq, until_finished=True)
+                            if not state.leave():
+                                self._wake.notify()
+                                self._wait(state, state.last_seq, until_finished=True)
                 except EventStoreError:
                     if not interrupted:
                         raise
             with self._lock:
-                needs_release = not state.finished
+                needs_release = state.leased and not state.finished
             if needs_release:
                 release_lease(self.engine, state)
         finally:
             with self._lock:
                 if state in self._turns:
-                    self._turns.remove(state)
+                    self._delist(state)
 
     def _wait(self, state: TurnState, seq: int, *, until_finished: bool = False) -> None:
         # Called with the lock held.
         while not state.over and (state.durable < seq or (until_finished and not state.finished)):
-            self._done.wait()
+            state.waiter.wait(_WAIT_CHECK)
         if state.durable < seq:
             self._raise_if_over(state)
 
@@ -246,7 +299,7 @@ class TurnWriter:
                     return
                 # One flush carries everything buffered by every open turn, due or not.
                 due += [t for t in self._turns if t not in due and t.joins_flush(now)]
-                work = [(t, t.take(), t.release) for t in sorted(due, key=lambda t: t.row.pk)]
+                work = [(t, *t.take()) for t in sorted(due, key=lambda t: t.row.pk)]
             try:
                 flush_turns(self.engine, self._lock, work, self._attempts)
             except Exception as exc:  # noqa: BLE001 - never leave a writer waiting forever
@@ -259,7 +312,10 @@ class TurnWriter:
                     for t, _, _ in work:
                         t.failed(err)
             with self._lock:
-                self._done.notify_all()
+                # Only the turns of this flush changed: waking every waiting writer at each
+                # flush costs a thread switch per open turn (many at W = 64).
+                for t, _, _ in work:
+                    t.waiter.notify_all()
 
     def close(self) -> None:
         """Stop the flusher once every open turn's buffer is written."""
@@ -378,56 +434,78 @@ class StreamingTurn(TurnView):
         return state.row.head
 
 
-def open_turn(
+@dataclass(frozen=True, slots=True)
+class Opening:
+    """A validated request to open a turn (see :func:`prepare_opening`)."""
+
+    session: str
+    action: dict[str, Any]
+    type: str
+    payload: bytes
+    actor: str | None
+    max_delay: float
+    token: str
+
+
+def prepare_opening(
     engine: Engine, session: Any, send_action: Any, *, actor: Any, max_delay: Any
-) -> TurnState:
-    """Store a turn's opening action and take the session's writer lease, in one
-    transaction (the I/O of entering a turn, shared by the sync and async writers).
+) -> Opening:
+    """Validate the arguments of entering a turn and draw its lease token (no I/O).
 
     Raises:
         InvalidEvent: an argument is malformed.
-        SessionClosed: the session is closed.
-        TurnBusy: another turn holds the session's lease.
     """
-    eng = engine
-    v = eng.validate
+    v = engine.validate
     v.id(session, "session")
     v.optional_id(actor, "actor")
     delay = check_max_delay(max_delay)
     action = opening_action(send_action)
-    encoded = encode_action(action)
-    v.size(encoded[1], "the send action", field="send_action")
+    type_, payload = encode_action(action)
+    v.size(payload, "the send action", field="send_action")
     token = "t" + uuid.uuid4().hex[:16]
+    return Opening(session, action, type_, payload, actor, delay, token)
+
+
+def claiming_turn(engine: Engine, opening: Opening) -> TurnState | None:
+    """A turn whose first flush stores the opening action and takes the lease, in the
+    group commit, when this process wrote the session last (it knows the head); else
+    ``None``. The flush writes it only if that head is still the session's and no turn
+    holds the lease; otherwise the turn is ``refused`` and :func:`open_locked` decides."""
+    known = engine.planner.take_head(opening.session)
+    if known is None:
+        return None
+    now = time.monotonic()
+    o = opening
+    state = TurnState(o.session, known, o.token, o.actor, o.max_delay, now)
+    state.opening(o.action, o.type, o.payload, now)
+    return state
+
+
+def open_locked(engine: Engine, opening: Opening) -> TurnState:
+    """Store a turn's opening action and take the session's writer lease, in one
+    transaction holding the session's lock (the I/O of entering a turn when the group
+    commit cannot, shared by the sync and async writers).
+
+    Raises:
+        SessionClosed: the session is closed.
+        TurnBusy: another turn holds the session's lease.
+    """
+    eng = engine
     st = eng.storage
+    o = opening
     now = now_micros()
-    ids = (event_id(token, 0),)
-    known = eng.planner.take_head(session)
-    if known is not None:
-        # This process wrote the session last (an earlier turn): one round trip that stores
-        # the send and takes the lease only if the head is still that and no turn holds it.
-        rows, prev, turn = event_rows(known, session, [encoded], ids, actor, None, now)
-        plan = eng.planner.plan(known, [action], rows[-1].version)
-        if plan is not None:
-            batch = TurnBatch(
-                known.pk, known.head, known.head_hash, token, now, rows, turn,
-                plan.snapshots, plan.blobs, claim=True,
-            )  # fmt: skip
-            if st.append_batches([batch])[0]:
-                head = head_after(known, rows[-1].version, prev, turn)
-                eng.planner.committed(head, plan)
-                return TurnState(session, head, token, actor, delay, time.monotonic())
-    with st.write(session=session) as tx:
-        row = eng.lock_for_append(tx, session)
+    with st.write(session=o.session) as tx:
+        row = eng.lock_for_append(tx, o.session)
         control = eng.check_open(tx, row)
         if control.writer is not None:
-            raise TurnBusy(session, max(0, now - (control.writer_seen or now)) / 1e6)
+            raise TurnBusy(o.session, max(0, now - (control.writer_seen or now)) / 1e6)
         rows, prev, turn, plan = eng.write_locked(
-            tx, row, [action], [encoded], ids, actor, None, now
+            tx, row, [o.action], [(o.type, o.payload)], (event_id(o.token, 0),), o.actor, None, now
         )
-        st.set_writer(tx, row.pk, token, now)
+        st.set_writer(tx, row.pk, o.token, now)
     head = head_after(row, rows[-1].version, prev, turn)
     eng.planner.committed(head, plan)
-    return TurnState(session, head, token, actor, delay, time.monotonic())
+    return TurnState(o.session, head, o.token, o.actor, o.max_delay, time.monotonic())
 
 
 def flush_turns(
@@ -458,6 +536,7 @@ def flush_turns(
                     (),
                     row.head_turn,
                     release=release,
+                    claim=not t.leased,
                 )
             )
             heads.append((row, None))
@@ -488,6 +567,7 @@ def flush_turns(
                 plan.snapshots,
                 plan.blobs,
                 release,
+                claim=not t.leased,
             )
         )
         heads.append((head_after(row, rows[-1].version, prev, turn), plan))

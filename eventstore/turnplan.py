@@ -197,7 +197,7 @@ class TurnState:
         token: the turn's lease token (and event-id prefix).
         row: the session row at the newest head this turn knows.
         opened: the version of the opening action.
-        durable: the highest sequence number known to be durable.
+        durable: the highest sequence number known to be durable (-1 while claiming).
         stopped: a stop (own or foreign), crash recovery or a close ended the turn.
         stop_version: the version of the event that ended it, when known.
         own_stop: the turn ended by its own ``stop``.
@@ -207,6 +207,16 @@ class TurnState:
         error: a storage failure that ended the turn.
         release: the turn is ending: its last batch gives the lease up.
         finished: the lease is given up; nothing more is written.
+        leased: the turn holds the session's lease. It does not while its opening action
+            is buffered (:meth:`opening`: the first flush writes it and takes the lease, in
+            the same group commit as every other turn's batch), nor after a batch that
+            ended the run (a ``finish``, ``error`` or ``stop`` of its own gives the lease up
+            with it, so leaving the turn costs no flush of its own); a later batch takes
+            the lease again, only if nothing was written since.
+        releasing: the batch in flight gives the lease up.
+        refused: the opening claim found the session moved, leased or closed; nothing was
+            written, and the opener takes the locked path instead.
+        waiter: the writer's wake-up handle for this turn (opaque here).
     """
 
     def __init__(
@@ -241,6 +251,10 @@ class TurnState:
         self.own_stop = False
         self.wanted = 0
         self.hold_until = 0.0
+        self.leased = True
+        self.releasing = False
+        self.refused = False
+        self.waiter: Any = None
 
     # -- buffering ------------------------------------------------------------------------
 
@@ -265,10 +279,18 @@ class TurnState:
             self.wanted = p.seq
         return p
 
+    def opening(self, action: dict[str, Any], type_: str, payload: bytes, now: float) -> Pending:
+        """Buffer the turn's opening action (sequence number 0): the next flush writes it
+        and takes the lease only if the head is still :attr:`row`'s and no turn holds it."""
+        p = Pending(0, action, type_, payload, True)
+        self.pending, self.since, self.wanted, self.leased = [p], now, 0, False
+        self.durable = -1
+        return p
+
     @property
     def over(self) -> bool:
-        """Nothing more will be written (stopped, failed, or the lease given up)."""
-        return self.stopped or self.error is not None or self.finished
+        """Nothing more will be written (stopped, failed, refused, or the lease given up)."""
+        return self.stopped or self.error is not None or self.finished or self.refused
 
     def due(self, now: float) -> bool:
         """Whether the writer should flush this turn now."""
@@ -281,7 +303,8 @@ class TurnState:
                 or len(self.pending) >= FLUSH_AT
                 or (self.since is not None and now - self.since >= self.max_delay)
             )
-        return self.release or now - self.last_check >= self.check_every
+        # A turn without the lease has nothing to renew, and no run a stop could end.
+        return self.leased and (self.release or now - self.last_check >= self.check_every)
 
     def joins_flush(self, now: float) -> bool:
         """Whether this turn's buffered events should ride along in a flush made for others."""
@@ -301,11 +324,23 @@ class TurnState:
             at = min(at, self.since + self.max_delay)
         return max(at, self.hold_until)
 
-    def take(self) -> list[Pending]:
-        """Move the buffered events in flight (the writer then writes them)."""
+    def take(self) -> tuple[list[Pending], bool]:
+        """Move the buffered events in flight (the writer then writes them); whether
+        their batch gives the lease up (the turn is ending, or its last event ends the run)."""
         self.inflight, self.pending = self.pending, []
         self.since = None
-        return self.inflight
+        last = self.inflight[-1] if self.inflight else None
+        # (Sequence number 0 is the opening send: it starts the run.)
+        self.releasing = self.release or (last is not None and last.seq > 0 and ends_run(last.action))
+        return self.inflight, self.releasing
+
+    def leave(self) -> bool:
+        """The turn's block is over: its last batch gives the lease up. Whether that is
+        already done (the lease went with the batch that ended the run)."""
+        self.release = True
+        if not (self.leased or self.pending or self.inflight or self.over):
+            self.finished = True
+        return self.finished
 
     def problem(self, *, finished_ok: bool = False) -> Exception | None:
         """The error a write (or, with ``finished_ok``, a flush) must raise now, if any."""
@@ -323,6 +358,9 @@ class TurnState:
 
     def written(self, row: SessionRow, now: float, released: bool) -> None:
         """The in-flight batch was committed; ``row`` is the session's new head row."""
+        if self.durable < 0:
+            self.opened = row.head
+        self.leased = not released
         if self.inflight:
             self.durable = self.inflight[-1].seq
             if self.inflight[-1].type == "stop":
@@ -330,7 +368,7 @@ class TurnState:
         self.inflight = []
         self.row = row
         self.last_check = now
-        if released:
+        if released and self.release:
             self.finished = True
 
     def failed(self, exc: Exception) -> None:
@@ -364,10 +402,17 @@ class TurnState:
         mine = max((seqs.get(e.event_id or "", 0) for e in after[: len(self.inflight)]), default=0)
         if mine:
             e = after[mine - 1]
+            if self.durable < 0:
+                self.opened = e.version
             self.durable = self.inflight[mine - 1].seq
             self.row = head_after(self.row, e.version, e.hash, e.turn)
+            self.leased = not self.releasing
+            self.finished = self.releasing and self.release
             if self.inflight[mine - 1].type == "stop":
                 self.stopped, self.stop_version, self.own_stop = True, e.version, True
+        elif self.durable < 0:
+            self.refused, self.inflight = True, []
+            return
         left = self.inflight[mine:]
         self.inflight = []
         self.last_check = now
@@ -378,7 +423,8 @@ class TurnState:
         elif control.closed_at is not None:
             self.closed, self.closed_reason = True, control.closed_reason
             self._stop(foreign[0].version if foreign else None, left)
-        elif control.writer != self.token:
+        elif control.writer != self.token and (self.leased or control.writer is not None):
+            # The lease was taken away (or, after the run ended, taken by another turn).
             self._stop(foreign[0].version if foreign else None, left)
         elif ending is not None:
             self._stop(ending.version, left)

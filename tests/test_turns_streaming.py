@@ -351,6 +351,66 @@ def test_a_retried_flush_lands_exactly_once(db_url: str) -> None:
         assert_states_are_the_fold(store, "s1")
 
 
+def test_a_retried_opening_lands_exactly_once(db_url: str) -> None:
+    engine = Engine(db_url)
+    engine.migrate()
+    real = engine.storage.append_batches
+    failures = {"left": 0}
+
+    def lose_the_ack(batches: Any) -> list[bool]:
+        out = real(batches)  # committed...
+        if failures["left"] and any(b.claim for b in batches):
+            failures["left"] -= 1
+            raise StorageError("connection lost at commit", retryable=True)  # ...but unacknowledged
+        return out
+
+    engine.storage.append_batches = lose_the_ack  # type: ignore[method-assign]
+    writer = TurnWriter(engine)
+    try:
+        for n in (1, 2):
+            # The second turn's opening goes through the group commit (this process knows
+            # the head): its first attempt commits, the retry finds the send by its id.
+            failures["left"] = n - 1
+            send = {"type": "send", "id": f"u-{n}", "text": "again"}
+            with StreamingTurn(writer, "s1", send, actor=None, max_delay=0.01) as turn:
+                assert turn.version == turn.opened_at == 3 * n - 2
+                turn.write({"type": "message-start", "messageId": f"a-{n}"})
+                turn.write({"type": "finish", "reason": "stop"})
+    finally:
+        writer.close()
+        engine.close()
+    assert failures["left"] == 0
+    with EventStore(db_url) as store:
+        assert [e.type for e in store.history("s1")] == ["send", "part", "part"] * 2
+        assert store.sessions()[0].writer_seen is None
+        assert_states_are_the_fold(store, "s1")
+
+
+def test_the_end_of_the_run_gives_the_lease_up(store: EventStore) -> None:
+    with store.turn("s1", SEND, max_delay=60.0) as turn:
+        turn.write({"type": "message-start", "messageId": "a-1"})
+        turn.write({"type": "finish", "reason": "stop"})
+        # Durable, and the lease went with it: leaving the turn writes nothing more.
+        assert store.head("s1") == 3 and store.sessions()[0].writer_seen is None
+        # A later write takes the lease back (nothing was written since)...
+        turn.write({"type": "message-start", "messageId": "a-2"})
+        assert turn.flush() == 4 and store.sessions()[0].writer_seen is not None
+        turn.write({"type": "finish", "reason": "stop"})
+        assert store.sessions()[0].writer_seen is None
+    with store.turn("s1", {"type": "send", "id": "u-2", "text": "b"}) as turn:
+        turn.write({"type": "finish", "reason": "stop"})
+        # ...but not once another turn has taken the session.
+        with store.turn("s1", {"type": "send", "id": "u-3", "text": "c"}) as other:
+            turn.write({"type": "message-start", "messageId": "a-3"})
+            with pytest.raises(TurnStopped):
+                turn.flush()
+            assert turn.stopped and turn.dropped == 1
+            other.write({"type": "finish", "reason": "stop"})
+    assert [e.type for e in store.history("s1")][5:] == ["send", "part", "send", "part"]
+    assert store.sessions()[0].writer_seen is None
+    assert_states_are_the_fold(store, "s1")
+
+
 def test_closed_sessions_refuse_writes_and_still_read(store: EventStore) -> None:
     store.append("s1", [SEND, {"type": "part", "part": {"type": "finish"}}])
     with store.turn("s2", SEND, max_delay=60.0) as live:

@@ -409,7 +409,9 @@ class TurnBatch:
         snapshots: the snapshot rows the batch reaches.
         blobs: the message blobs they add.
         release: give the lease up (``writer`` becomes ``NULL``) with this batch.
-        claim: take the lease (the batch opens a turn): written only if no turn holds it.
+        claim: take the lease (the batch opens a turn, or goes on after the turn's run
+            ended): written only if no turn holds it. With ``release`` too, the lease is
+            checked free and stays free.
     """
 
     session_pk: int

@@ -710,11 +710,12 @@ class SqlStorage(Storage):
                         "p_pk": b.session_pk,
                         "p_old_head": b.old_head,
                         "p_old_hash": b.old_hash,
-                        "p_writer": b.writer,
+                        # A claim that also releases takes the lease and gives it up at once.
+                        "p_writer": None if b.claim and b.release else b.writer,
                         "p_head": b.old_head if last is None else last.version,
                         "p_hash": b.old_hash if last is None else last.hash,
                         "p_turn": b.head_turn,
-                        "p_seen": b.seen_at,
+                        "p_seen": None if b.claim and b.release else b.seen_at,
                     },
                 )
                 moved = bool(cur.rowcount == 1)
