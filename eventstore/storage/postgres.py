@@ -252,6 +252,17 @@ def _partition_setting(value: str | None) -> int:
     return _partition_count(int(text_value), PARTITION_SETTING)
 
 
+# The session key of a hot statement, for its scans of `events` and `snapshots`: on
+# partitioned tables a key known when the execution starts lets the executor prune the
+# other partitions then, where a key read from another row of the statement leaves the
+# cached generic plan to set up a scan of every partition and choose at run time. It is
+# the parameter plus a zero the planner cannot fold (now() is STABLE) on purpose: a bare
+# parameter is pruned on at plan time in each custom plan, which then looks far cheaper
+# than the generic one, and PostgreSQL re-plans the statement on every execution (slower
+# than the run-time pruning it replaces); a stable expression is pruned on only at
+# executor start-up, both plans cost the same, and the cached generic plan is used.
+_KEY_PARAM = "(%(pk)s::int + (now() IS NULL)::int)"
+
 # One statement, one round trip, its own transaction (run in autocommit): move the head
 # only if it is still what the writer saw (the version check built in; the UPDATE takes
 # the session's row lock), insert the batch from arrays, and store the snapshots the batch
@@ -271,7 +282,7 @@ WITH moved AS (
     SELECT moved.pk, u.version, u.event_id, u.type, u.turn, u.payload,
            %(recorded_at)s::bigint, %(actor)s::text, %(metadata)b::bytea, u.hash,
            greatest({FEED_XACT}, (SELECT p.xact FROM events p
-                                   WHERE p.session_pk = moved.pk AND p.version = %(old_head)s))
+                                   WHERE p.session_pk = {KEY} AND p.version = %(old_head)s))
     FROM moved, unnest(%(versions)b::int[], %(event_ids)b::text[], %(types)b::text[],
                        %(turns)b::int[], %(payloads)b::bytea[], %(hashes)b::bytea[])
          AS u(version, event_id, type, turn, payload, hash)
@@ -292,7 +303,7 @@ WITH moved AS (
         message_digests = excluded.message_digests
 )
 SELECT count(*) FROM ins
-""".replace("{FEED_XACT}", FEED_XACT)
+""".replace("{FEED_XACT}", FEED_XACT).replace("{KEY}", _KEY_PARAM)
 
 # The same without the snapshot parts, for the (most frequent) batches that reach none.
 _APPEND_FAST_NO_SNAPSHOT = (
@@ -318,9 +329,9 @@ INSERT INTO events
 SELECT moved.pk, %(head)s::int, %(event_id)s::text, %(type)s::text, %(turn)s::int,
        %(payload)b, %(recorded_at)s::bigint, %(actor)s::text, %(metadata)b::bytea, %(hash)b,
        greatest({FEED_XACT}, (SELECT p.xact FROM events p
-                               WHERE p.session_pk = moved.pk AND p.version = %(old_head)s::int))
+                               WHERE p.session_pk = {KEY} AND p.version = %(old_head)s::int))
 FROM moved
-""".replace("{FEED_XACT}", FEED_XACT)
+""".replace("{FEED_XACT}", FEED_XACT).replace("{KEY}", _KEY_PARAM)
 
 # A group commit of streaming turns in one statement, one round trip, its own transaction:
 # move each session's head only if it is still what its turn saw, the turn still holds the
@@ -1137,17 +1148,7 @@ LEFT JOIN LATERAL (
 WHERE s.id = %(id)s
 """
 _LOAD = _LOAD_TEMPLATE.replace("{KEY}", "s.pk")
-# The same with the session's key given as well. A key learnt from the session row only
-# tells the generic plan of a prepared statement which partition to read at run time, so
-# on partitioned tables each execution sets up a scan of every partition first; a key
-# given with the call lets the executor prune the other partitions when it starts. It is
-# given plus a zero the planner cannot fold (now() is STABLE) on purpose: a bare
-# parameter is pruned on at plan time in each custom plan, which then looks far cheaper
-# than the generic one, and PostgreSQL re-plans the statement on every execution (slower
-# than the run-time pruning it replaces); a stable expression is pruned on only at
-# executor start-up, both plans cost the same, and the cached generic plan is used.
-_LOAD_BY_KEY = (
-    _LOAD_TEMPLATE.replace("{KEY}", "(%(pk)s::int + (now() IS NULL)::int)")
-    + "  AND s.pk = %(pk)s::int\n"
-)
+# The same with the session's key given as well, when the storage knows it (see
+# _KEY_PARAM): the partitions of other sessions are pruned when the execution starts.
+_LOAD_BY_KEY = _LOAD_TEMPLATE.replace("{KEY}", _KEY_PARAM) + "  AND s.pk = %(pk)s::int\n"
 
