@@ -38,6 +38,7 @@ import os
 import random
 import re
 import statistics
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -230,7 +231,9 @@ def grow(admin: str, *, counts: tuple[int, ...], seconds: float, checkpoints: in
                 return lambda: stores[n].load(pick[n].choice(names))
 
             def old(n: int) -> Callable[[], Any]:
-                return lambda: stores[n].load(pick[n].choice(names), pick[n].randrange(1, 80))
+                return lambda: stores[n].load(
+                    pick[n].choice(names), version=pick[n].randrange(1, 80)
+                )
 
             # The lowest of three 40-call medians: a stall of the shared disk (another
             # program's fsyncs, a checkpoint) must not pose as growth of the tables.
@@ -407,10 +410,10 @@ def _pct(r: float) -> str:
 
 
 def _measured(res: dict[str, Any], part: str) -> str:
-    flags = " --quick" if res["quick"] else ""
+    flags = res.get("flags", " --quick" if res["quick"] else "")
     return (
         f"Measured {res['date']} "
-        f"(`scripts/with-postgres .venv/bin/python -m benchmarks scale --part {part}{flags}`)."
+        f"(`scripts/with-postgres .venv/bin/python -m benchmarks scale{flags}`)."
     )
 
 
@@ -474,14 +477,20 @@ def render_compare(res: dict[str, Any]) -> str:
 
 #: What the partitioned-vs-plain figures mean (kept with the code that measures them).
 COMPARE_NOTES = (
-    "Why head loads no longer slow down with the count: the one-statement load is prepared, "
-    "and it names the session's key as well as its id once the storage knows it (a session "
-    "id → key cache filled by the first load of each session; keys never change and are "
-    "never reused), so the generic plan prunes the other partitions of `events` and "
-    "`snapshots` when an execution starts instead of setting up a scan of every partition "
-    "and pruning at run time (checkouts of old versions use the same statement). Appends "
-    "name the key directly. Bytes/event: about 90 KB of empty table and index pages per "
-    "partition, a share that shrinks as the tables grow (see the growth tables)."
+    "Why partitions cost (almost) nothing here: every hot statement names the session's key "
+    "as a value known when its execution starts — the one-statement load (head or an old "
+    "version) and the appends' lookup of the previous event — so the cached generic plan "
+    "of the prepared statement prunes the other partitions of `events` and `snapshots` at "
+    "executor start-up. The storage learns a session's key from the first load, lookup, "
+    "lock or insert of it (keys never change and are never given to another id). Before "
+    "that, the load named only the session id and learnt the key from the session row, so "
+    "each execution set up a scan of every partition and pruned at run time: head loads "
+    "ran 0.89×, 0.88×, 0.73× the plain throughput at 4, 8, 16 partitions in the run before "
+    "this change. What remains grows with the count: a generic plan still locks every "
+    "partition it could read (PostgreSQL 15), and with 16 partitions of two tables that "
+    "is more locks than a backend's fast-path slots. Bytes/event: about 90 KB of empty "
+    "table and index pages per partition, a share that shrinks as the tables grow (see the "
+    "growth tables)."
 )
 
 
@@ -498,7 +507,10 @@ def render_growth(res: dict[str, Any]) -> str:
         "budget (size on disk below); at each checkpoint one-event appends (to 4 live chats), "
         "head loads and checkouts of an old version (1–80) of random chats, the two schemas "
         "taking turns call by call; each figure is the lowest of three 40-call medians, so that "
-        "a stall of the shared disk does not pose as growth.",
+        "a stall of the shared disk does not pose as growth. An append's time is mostly its "
+        "commit's WAL flush on a disk other programs use too: it moves by up to 2× between "
+        "checkpoints in either direction, with or without partitions; head loads and "
+        "checkouts read cached pages and are the figures that would show the tables' growth.",
         "",
     ]
     for g in res["growth"]:
@@ -566,22 +578,20 @@ def render_replicas(res: dict[str, Any]) -> str:
     if "primary_cores" in rp["primary_only_r2"]:
         lines += [
             "",
-            "Where the servers' CPU went (cores busy on average over the window, every process "
-            "of each server counted from `/proc`), and the server CPU per read and per append "
-            "that implies on the primary (all of the primary's CPU divided by what it served):",
+            "Where the servers' CPU went, in cores busy on average over the window (every "
+            "process of each server counted from `/proc`: backends, WAL writer and sender, "
+            "startup process replaying the WAL on the replica):",
             "",
-            "| readers | primary: primary-only | primary: via replica | replica: via replica "
-            "| primary CPU per op, primary-only | primary CPU per op, via replica |",
-            "|--:|--:|--:|--:|--:|--:|",
+            "| readers | primary, primary-only readers | primary, replica readers "
+            "| replica, replica readers | primary: replica ÷ primary-only readers |",
+            "|--:|--:|--:|--:|--:|",
         ]
         for n in (2, 4):
             a, b = rp[f"primary_only_r{n}"], rp[f"replica_r{n}"]
-            per_a = a["primary_cores"] / (a["reads_per_s"] + a["writes_per_s"]) * 1e3
-            per_b = b["primary_cores"] / b["writes_per_s"] * 1e3
             lines.append(
                 f"| {n} | {a['primary_cores']:.2f} | {b['primary_cores']:.2f} | "
-                f"{b['replica_cores']:.2f} | {per_a:.3f} ms (reads + appends) | "
-                f"{per_b:.3f} ms (appends only) |"
+                f"{b['replica_cores']:.2f} | "
+                f"{b['primary_cores'] / a['primary_cores']:.2f}× |"
             )
     ryw, served = rp["ryw_ms"], rp["ryw_served"]
     lines += [
@@ -599,9 +609,13 @@ def render_replicas(res: dict[str, Any]) -> str:
         "How to read it: the primary, the replica and every client share this machine's 2 "
         "cores, with other programs running at the same time, so a replica cannot add capacity "
         "here, and reads/s move by tens of percent from run to run (both directions). Read "
-        "these rows as what routing costs or saves under contention, not as scaling; on "
-        "separate machines each replica brings its own CPU and cache for reads, and the "
-        "writers no longer share the primary with them.",
+        "the throughput rows as what routing costs or saves under contention, not as scaling. "
+        "The CPU rows show what does carry over to separate machines: with the readers on "
+        "the replica, the reads' server work leaves the primary (part of the drop is the "
+        "lower append rate of the same rounds, in the table above; the client CPU, most of "
+        "the machine's, is not in these figures); on its own machine each replica brings "
+        "its own CPU and cache for that work, and the writers no longer share the primary "
+        "with it.",
         "",
     ]
     return "\n".join(lines)
@@ -670,6 +684,10 @@ def main(argv: list[str] | None = None) -> int:
         "quick": quick,
         "fill_seconds": fill,
         "parts": parts,
+        # The options the figures depend on, as typed (for the "Measured" lines).
+        "flags": "".join(
+            f" {a}" for a in (argv if argv is not None else sys.argv[1:]) if a != "--no-record"
+        ),
     }
     if "compare" in parts:
         print("partitioned vs plain", flush=True)

@@ -70,6 +70,7 @@ __all__ = [
     "hash_partitions_ddl",
 ]
 
+# A session row, or maybe none (what _learn_key passes through).
 _Row = TypeVar("_Row", SessionRow, SessionRow | None)
 
 # Session keys a storage remembers for its loads (about 100 bytes each); forgotten all at
@@ -716,8 +717,9 @@ class PostgresStorage(SqlStorage):
         self._suspect_before = 0.0
         # Set (per thread) while the append fast path checks out its connection.
         self._hot = threading.local()
-        # Session id -> key, learnt from loads: a session's key never changes and is never
-        # given to another id, so a load can name it (see _LOAD_BY_KEY).
+        # Session id -> key, learnt from every session row read (see _learn_key): a
+        # session's key never changes and is never given to another id, so a load can
+        # name it (see _LOAD_BY_KEY).
         self._session_keys: dict[str, int] = {}
         event.listen(engine, "checkin", _on_checkin)
         event.listen(engine, "checkout", self._on_checkout)
