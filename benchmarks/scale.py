@@ -450,7 +450,8 @@ def render_compare(res: dict[str, Any]) -> str:
         f"Four schemas — plain, and {', '.join(map(str, PARTITION_COUNTS))} partitions — each "
         f"pre-filled with the same {c['sessions']} chats ({c['events']:,} events, "
         f"`chat_session(2)`), then {c['blocks']} blocks of 20 appends on a growing session and "
-        f"{c.get('loads_per_block', 10)} head loads of random chats, the schemas taking turns (who goes first rotates); a "
+        f"{c.get('loads_per_block', 10)} head loads of random chats, the schemas taking turns "
+        "(who goes first rotates); a "
         "ratio is plain time ÷ partitioned time per block, median over blocks with the middle "
         "half of the blocks in brackets (above 1: partitioned is faster). "
         "Target: within 10% (ratio ≥ 0.9, bytes ≤ +10%).",

@@ -165,7 +165,9 @@ def test_a_load_never_trusts_a_remembered_key_that_names_another_row(
             store.load("gone")
         with raw_engine.begin() as conn:  # swap the two ids behind the store's back
             for old, new in (("a", "tmp"), ("b", "a"), ("tmp", "b")):
-                conn.execute(text("UPDATE sessions SET id = :new WHERE id = :old"), {"old": old, "new": new})
+                conn.execute(
+                    text("UPDATE sessions SET id = :new WHERE id = :old"), {"old": old, "new": new}
+                )
         assert store.load("a").to_json() == fold_json(None, b)
         assert store.load("b", version=2).to_json() == fold_json(None, a[:2])
         assert store.load("b").to_json() == fold_json(None, a)
