@@ -59,8 +59,9 @@ class AsyncEventStore(StoreBase):
     same ``**storage_options``: ``pool_size``, ``max_overflow``, ``pool_timeout``,
     ``connect_timeout`` and ``prepare_threshold`` on PostgreSQL — ``None`` for no
     prepared statement at all, as PgBouncer's transaction mode needs — and
-    ``busy_timeout_ms`` and ``pool_size`` on SQLite). Both forms may work on the same
-    database at the same time.
+    ``busy_timeout_ms`` and ``pool_size`` on SQLite; ``replicas``, ``max_replica_lag``,
+    ``replica_wait`` and ``partitions`` on PostgreSQL, see docs/scaling.md). Both forms may
+    work on the same database at the same time.
 
     On PostgreSQL the one-statement appends and loads run on up to ``pool_size``
     connections of their own, kept in autocommit, besides the pool the transactions use.

@@ -4,11 +4,13 @@
 ``pg_basebackup -R`` and exports its URL and data directory. Each test works in its own
 schema on the primary; the same schema reaches the replica by streaming replication, so
 the replica URL carries the same search_path. Reads are asserted to come from where they
-must (the storage counts them), and always to equal a primary-only store's.
+must (the storage counts them), and always to equal a primary-only store's. The read
+contract runs on both twins (``EventStore`` and ``AsyncEventStore``): they share the routing.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shlex
 import subprocess
@@ -23,11 +25,13 @@ from sqlalchemy import create_engine
 from conftest import make_store, pg_admin_url
 from eventstore.errors import StorageError
 from eventstore.samples import chat_session
-from eventstore import EventStore
+from eventstore import AsyncEventStore, EventStore
 from eventstore.storage import open_storage
 from eventstore.storage.replicas import read_only_url
 
 REPLICA_ENV = "EVENTSTORE_TEST_PG_REPLICA_URL"
+
+pytestmark = pytest.mark.twins  # the tests that take the `twin` fixture run on both
 
 
 def _replica_base() -> str:
@@ -103,7 +107,9 @@ def _reads(store: EventStore) -> dict[str, int]:
 
 
 @pytest.fixture
-def stores(pg_schema: str, replica_url: str) -> Iterator[tuple[EventStore, EventStore]]:
+def stores(
+    pg_schema: str, replica_url: str, twin: str
+) -> Iterator[tuple[EventStore, EventStore]]:
     """(a store reading from the replica, a primary-only store) on the same schema."""
     replicated = _replicated(pg_schema, replica_url)
     plain = EventStore(pg_schema)
@@ -126,6 +132,14 @@ def test_reads_after_writes_see_the_writes_and_come_from_the_replica(
         # Each read right after a write through the same store sees that write.
         assert replicated.head("s1") == done
         assert replicated.load("s1").to_json() == plain.load("s1").to_json()
+    # A streamed turn's group commits move the position as well.
+    with replicated.turn("s1", {"type": "send", "id": "u-t", "text": "and?"}) as turn:
+        turn.write({"type": "message-start", "messageId": "a-t"})
+        turn.write({"type": "text-delta", "messageId": "a-t", "text": "streamed"})
+        turn.write({"type": "finish", "reason": "stop"})
+    done = plain.head("s1")
+    assert replicated.head("s1") == done
+    assert replicated.load("s1").to_json() == plain.load("s1").to_json()
     replicated.branch("s1", at=10, new_id="s1-alt")
     assert [s.id for s in replicated.sessions()] == ["s1", "s1-alt"]
     replicated.append("s1-alt", [{"type": "stop"}], expected_version=10)
@@ -168,7 +182,7 @@ def test_a_stopped_replica_is_skipped_and_the_primary_answers(
 
 
 def test_a_replica_paused_past_the_lag_bound_is_skipped(
-    pg_schema: str, replica_url: str
+    pg_schema: str, replica_url: str, twin: str
 ) -> None:
     replicated = _replicated(pg_schema, replica_url, max_replica_lag=0.3, replica_wait=0)
     plain = EventStore(pg_schema)
@@ -195,7 +209,7 @@ def test_a_replica_paused_past_the_lag_bound_is_skipped(
 
 
 def test_old_versions_come_from_a_replica_that_is_behind_the_head(
-    pg_schema: str, replica_url: str
+    pg_schema: str, replica_url: str, twin: str
 ) -> None:
     replicated = _replicated(pg_schema, replica_url, replica_wait=0)
     plain = EventStore(pg_schema)
@@ -253,7 +267,7 @@ def test_nothing_is_written_to_a_replica(
         replica.close()
 
 
-def test_a_server_that_is_not_a_standby_never_serves_reads(pg_schema: str) -> None:
+def test_a_server_that_is_not_a_standby_never_serves_reads(pg_schema: str, twin: str) -> None:
     # Named as a replica by mistake, the primary itself: never read from, never written.
     store = make_store(pg_schema, replicas=[pg_schema], replica_wait=0)
     try:
@@ -295,8 +309,54 @@ def test_replicas_on_sqlite_are_refused(tmp_path: Any) -> None:
     assert not (tmp_path / "x.db").exists()
 
 
-def test_the_async_twin_refuses_replicas_with_a_clear_error(pg_schema: str, replica_url: str) -> None:
-    from eventstore import AsyncEventStore
+def test_the_async_wait_for_a_replica_never_blocks_the_event_loop(
+    pg_schema: str, replica_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_sleep = time.sleep
 
-    with pytest.raises(StorageError, match="not available on AsyncEventStore"):
-        AsyncEventStore(pg_schema, replicas=[replica_url])
+    def sleep_off_the_loop(seconds: float) -> None:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return real_sleep(seconds)
+        raise AssertionError("time.sleep on a running event loop")
+
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any], dict[str, int], int]:
+        async with AsyncEventStore(
+            pg_schema, replicas=[replica_url], max_replica_lag=60.0, replica_wait=0.3
+        ) as store:
+            await store.migrate()
+            await store.append("s1", [{"type": "send", "id": "u-1", "text": "hi"}])
+            await store.load("s1")  # the replica caught up (or the primary answered)
+            await asyncio.to_thread(_sql, replica_url, "SELECT pg_wal_replay_pause()")
+            try:
+                await asyncio.to_thread(_wait_until_paused, replica_url)
+                await store.append("s1", [{"type": "stop"}], expected_version=1)
+                before = store.read_counts
+                ticks = 0
+
+                async def ticker() -> None:
+                    nonlocal ticks
+                    while True:
+                        await asyncio.sleep(0.01)
+                        ticks += 1
+
+                task = asyncio.create_task(ticker())
+                try:
+                    # The replica cannot reach the append: the read waits its 0.3 s on the
+                    # loop, other tasks running meanwhile, then the primary answers.
+                    got = (await store.load("s1")).to_json()
+                finally:
+                    task.cancel()
+                after = store.read_counts
+            finally:
+                await asyncio.to_thread(_sql, replica_url, "SELECT pg_wal_replay_resume()")
+        with EventStore(pg_schema) as plain:
+            want = plain.load("s1").to_json()
+        return got, want, {k: after[k] - before[k] for k in after}, ticks
+
+    monkeypatch.setattr(time, "sleep", sleep_off_the_loop)
+    got, want, served, ticks = asyncio.run(scenario())
+    assert got == want
+    assert served == {"replica": 0, "primary": 1}
+    assert ticks > 0

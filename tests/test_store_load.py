@@ -12,16 +12,29 @@ import random
 from typing import Any
 
 import pytest
-from conftest import make_store
+from conftest import BACKENDS, PARTITIONED, make_store
 from sqlalchemy import Engine, text
 
 import eventstore.engine as store_mod
-from eventstore.errors import InvalidEvent, SessionNotFound, StorageError, VersionNotFound
+from eventstore.errors import (
+    InvalidEvent,
+    SessionErased,
+    SessionNotFound,
+    StorageError,
+    VersionNotFound,
+)
 from eventstore.reducer import fold_json
 from eventstore.samples import chat_session, random_actions
 from eventstore import EventStore
 
 pytestmark = [pytest.mark.twins, pytest.mark.usefixtures("twin")]
+
+
+@pytest.fixture(params=[*BACKENDS, PARTITIONED])
+def backend(request: pytest.FixtureRequest) -> str:
+    """The load path also runs on the session-partitioned PostgreSQL schema (where a load
+    names the partition key it remembers for the session)."""
+    return str(request.param)
 
 
 def test_storage_slices_digests_of_the_codecs_size() -> None:
@@ -133,6 +146,31 @@ def test_bad_sessions_and_versions(store: EventStore) -> None:
         with pytest.raises(InvalidEvent, match="version"):
             store.load("s", version=wrong_type)  # type: ignore[arg-type]
     assert store.load("s", version=0).to_json() == fold_json(None, ())
+
+
+def test_a_load_never_trusts_a_remembered_key_that_names_another_row(
+    db_url: str, raw_engine: Engine
+) -> None:
+    # The PostgreSQL load names the session key it learnt from an earlier load; the row
+    # must still be found by its id when that key has gone (erased) or names another id.
+    a, b = chat_session(1, seed=1, deltas=3), chat_session(2, seed=2, deltas=3)
+    with make_store(db_url) as store, make_store(db_url) as other:
+        store.append("a", a)
+        store.append("b", b)
+        store.append("gone", a)
+        for sid in ("a", "b", "gone"):
+            store.load(sid)
+        other.erase("gone", reason="test")
+        with pytest.raises(SessionErased):
+            store.load("gone")
+        with raw_engine.begin() as conn:  # swap the two ids behind the store's back
+            for old, new in (("a", "tmp"), ("b", "a"), ("tmp", "b")):
+                conn.execute(
+                    text("UPDATE sessions SET id = :new WHERE id = :old"), {"old": old, "new": new}
+                )
+        assert store.load("a").to_json() == fold_json(None, b)
+        assert store.load("b", version=2).to_json() == fold_json(None, a[:2])
+        assert store.load("b").to_json() == fold_json(None, a)
 
 
 def test_branch_loads_take_the_general_path(db_url: str) -> None:

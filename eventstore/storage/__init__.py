@@ -91,9 +91,6 @@ def open_storage(url: str, **options: Any) -> Storage:
                 for name in ("replicas", "max_replica_lag", "replica_wait"):
                     options.pop(name, None)
                 return PostgresStorage(url, **options)
-            if options.get("use_asyncio"):
-                # Its replica probes and bounded waits are written for threads, not a loop.
-                raise StorageError("read replicas are not available on AsyncEventStore yet; use EventStore")
             from .replicas import ReplicatedPostgresStorage
 
             return ReplicatedPostgresStorage(url, **options)

@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 import psycopg.errors
@@ -40,7 +40,17 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.util import await_
 
 from ..errors import SchemaError, StorageError
-from .base import DIGEST_SIZE, EventRow, FeedBarrier, LoadParts, SnapshotRow, TurnBatch, Tx
+from .base import (
+    DIGEST_SIZE,
+    EventRow,
+    FeedBarrier,
+    LoadParts,
+    NewSession,
+    SessionRow,
+    SnapshotRow,
+    TurnBatch,
+    Tx,
+)
 from .schema import events
 from .sql import Compiled, ErrorKind, SqlStorage, session_row
 from .watch import AsyncProbe, Probe
@@ -59,6 +69,13 @@ __all__ = [
     "MAX_PARTITIONS",
     "hash_partitions_ddl",
 ]
+
+# A session row, or maybe none (what _learn_key passes through).
+_Row = TypeVar("_Row", SessionRow, SessionRow | None)
+
+# Session keys a storage remembers for its loads (about 100 bytes each); forgotten all at
+# once beyond that, to be learnt again by the next loads.
+_SESSION_KEYS_KEPT = 100_000
 
 # pg_advisory_xact_lock key for migrations: crc32(b"eventstore-migrate").
 _MIGRATION_LOCK = 0x4E5F_7A31
@@ -236,6 +253,17 @@ def _partition_setting(value: str | None) -> int:
     return _partition_count(int(text_value), PARTITION_SETTING)
 
 
+# The session key of a hot statement, for its scans of `events` and `snapshots`: on
+# partitioned tables a key known when the execution starts lets the executor prune the
+# other partitions then, where a key read from another row of the statement leaves the
+# cached generic plan to set up a scan of every partition and choose at run time. It is
+# the parameter plus a zero the planner cannot fold (now() is STABLE) on purpose: a bare
+# parameter is pruned on at plan time in each custom plan, which then looks far cheaper
+# than the generic one, and PostgreSQL re-plans the statement on every execution (slower
+# than the run-time pruning it replaces); a stable expression is pruned on only at
+# executor start-up, both plans cost the same, and the cached generic plan is used.
+_KEY_PARAM = "(%(pk)s::int + (now() IS NULL)::int)"
+
 # One statement, one round trip, its own transaction (run in autocommit): move the head
 # only if it is still what the writer saw (the version check built in; the UPDATE takes
 # the session's row lock), insert the batch from arrays, and store the snapshots the batch
@@ -255,7 +283,7 @@ WITH moved AS (
     SELECT moved.pk, u.version, u.event_id, u.type, u.turn, u.payload,
            %(recorded_at)s::bigint, %(actor)s::text, %(metadata)b::bytea, u.hash,
            greatest({FEED_XACT}, (SELECT p.xact FROM events p
-                                   WHERE p.session_pk = moved.pk AND p.version = %(old_head)s))
+                                   WHERE p.session_pk = {KEY} AND p.version = %(old_head)s))
     FROM moved, unnest(%(versions)b::int[], %(event_ids)b::text[], %(types)b::text[],
                        %(turns)b::int[], %(payloads)b::bytea[], %(hashes)b::bytea[])
          AS u(version, event_id, type, turn, payload, hash)
@@ -276,7 +304,7 @@ WITH moved AS (
         message_digests = excluded.message_digests
 )
 SELECT count(*) FROM ins
-""".replace("{FEED_XACT}", FEED_XACT)
+""".replace("{FEED_XACT}", FEED_XACT).replace("{KEY}", _KEY_PARAM)
 
 # The same without the snapshot parts, for the (most frequent) batches that reach none.
 _APPEND_FAST_NO_SNAPSHOT = (
@@ -302,9 +330,9 @@ INSERT INTO events
 SELECT moved.pk, %(head)s::int, %(event_id)s::text, %(type)s::text, %(turn)s::int,
        %(payload)b, %(recorded_at)s::bigint, %(actor)s::text, %(metadata)b::bytea, %(hash)b,
        greatest({FEED_XACT}, (SELECT p.xact FROM events p
-                               WHERE p.session_pk = moved.pk AND p.version = %(old_head)s::int))
+                               WHERE p.session_pk = {KEY} AND p.version = %(old_head)s::int))
 FROM moved
-""".replace("{FEED_XACT}", FEED_XACT)
+""".replace("{FEED_XACT}", FEED_XACT).replace("{KEY}", _KEY_PARAM)
 
 # A group commit of streaming turns in one statement, one round trip, its own transaction:
 # move each session's head only if it is still what its turn saw, the turn still holds the
@@ -692,6 +720,10 @@ class PostgresStorage(SqlStorage):
         self._suspect_before = 0.0
         # Set (per thread) while the append fast path checks out its connection.
         self._hot = threading.local()
+        # Session id -> key, learnt from every session row read (see _learn_key): a
+        # session's key never changes and is never given to another id, so a load can
+        # name it (see _LOAD_BY_KEY).
+        self._session_keys: dict[str, int] = {}
         event.listen(engine, "checkin", _on_checkin)
         event.listen(engine, "checkout", self._on_checkout)
         super().__init__(engine, url)
@@ -1011,21 +1043,17 @@ class PostgresStorage(SqlStorage):
     def load_parts(
         self, session_id: str, version: int | None, reducer_version: int
     ) -> LoadParts | None:
-        params = {"id": session_id, "version": version, "rv": reducer_version}
+        key = self._session_keys.get(session_id)
+        params = {"id": session_id, "version": version, "rv": reducer_version, "pk": key}
         with self._errors():
-            try:
-                # Without the checkout's pre-ping round trip (the append fast path's
-                # alive-bypass window)...
-                r = self._load_row(params, hot=True)
-            except psycopg.OperationalError:
-                # ...and, since a read is idempotent, once more on a pinged connection if
-                # that one turned out dead (killed backend, server restart): a load never
-                # fails for a connection that was merely stale.
-                self._suspect_before = time.monotonic()
-                r = self._load_row(params, hot=False)
+            r = self._load_retried(params)
+            if r is None and key is not None:
+                # A key that no longer names this id (the session was erased): by id alone.
+                self._session_keys.pop(session_id, None)
+                r = self._load_retried({**params, "pk": None})
         if r is None:
             return LoadParts(None)
-        row = session_row(r)
+        row = self._learn_key(session_row(r))
         if row.parent_pk is not None:
             return LoadParts(row)
         return LoadParts(
@@ -1040,12 +1068,44 @@ class PostgresStorage(SqlStorage):
             n_tail=r[17],
         )
 
+    def get_session(self, tx: Tx, session_id: str) -> SessionRow | None:
+        return self._learn_key(super().get_session(tx, session_id))
+
+    def lock_session(self, tx: Tx, session_id: str) -> SessionRow | None:
+        return self._learn_key(super().lock_session(tx, session_id))
+
+    def insert_session(self, tx: Tx, new: NewSession) -> SessionRow | None:
+        return self._learn_key(super().insert_session(tx, new))
+
+    def _learn_key(self, row: _Row) -> _Row:
+        """Remember a session row's key for later loads of that session (a key that turns
+        out wrong, e.g. of a rolled-back insert, only costs a load one more round trip)."""
+        if row is not None and self._session_keys.get(row.id) != row.pk:
+            if len(self._session_keys) >= _SESSION_KEYS_KEPT:
+                self._session_keys.clear()
+            self._session_keys[row.id] = row.pk
+        return row
+
+    def _load_retried(self, params: Mapping[str, Any]) -> Any:
+        try:
+            # Without the checkout's pre-ping round trip (the append fast path's
+            # alive-bypass window)...
+            return self._load_row(params, hot=True)
+        except psycopg.OperationalError:
+            # ...and, since a read is idempotent, once more on a pinged connection if
+            # that one turned out dead (killed backend, server restart): a load never
+            # fails for a connection that was merely stale.
+            self._suspect_before = time.monotonic()
+            return self._load_row(params, hot=False)
+
     def _load_row(self, params: Mapping[str, Any], *, hot: bool) -> Any:
-        """The one row of :data:`_LOAD`, on the pooled psycopg connection itself."""
+        """The one row of :data:`_LOAD` (or :data:`_LOAD_BY_KEY` when ``params`` name the
+        session's key), on the pooled psycopg connection itself."""
+        sql = _LOAD if params["pk"] is None else _LOAD_BY_KEY
         with self._autocommit(hot=hot) as cur:
             # Prepared at its first use on a connection, not the sixth: a cold load then
             # skips parsing and analysing the statement every time.
-            cur.execute(_LOAD, params, binary=True, prepare=self._prepare_load or None)
+            cur.execute(sql, params, binary=True, prepare=self._prepare_load or None)
             return cur.fetchone()
 
 
@@ -1055,8 +1115,9 @@ class PostgresStorage(SqlStorage):
 # with generate_series, so the order is the snapshot's), and the tail payloads joined in
 # version order. Python then parses two JSON arrays. Branches get only their row (the
 # lineage is read the general way). LATERAL joins rather than CTEs: cheaper to plan,
-# which is most of a cold load's server time.
-_LOAD = f"""
+# which is most of a cold load's server time. {KEY} is how the snapshot and event scans
+# name the session's key (see _LOAD_BY_KEY).
+_LOAD_TEMPLATE = f"""
 SELECT s.pk, s.id, s.parent_pk, s.fork_version, s.head, s.head_hash, s.head_turn,
        s.baseline, s.baseline_hash, s.baseline_turn, s.created_at,
        n.version, n.rest, m.bodies, m.n_digests, m.n_found, t.payloads, t.n
@@ -1065,7 +1126,7 @@ LEFT JOIN LATERAL (
     -- `|| ''` detoasts the digests once, here, not once per message in the split below.
     SELECT x.version, x.rest, x.message_digests || ''::bytea AS md
     FROM snapshots x
-    WHERE x.session_pk = s.pk AND s.parent_pk IS NULL AND x.version > 0
+    WHERE x.session_pk = {{KEY}} AND s.parent_pk IS NULL AND x.version > 0
       AND x.version <= COALESCE(%(version)s::int, s.head)
       AND (x.reducer_version = %(rv)s OR x.version = s.baseline)
     ORDER BY x.version DESC
@@ -1088,9 +1149,14 @@ LEFT JOIN LATERAL (
 LEFT JOIN LATERAL (
     SELECT string_agg(e.payload, ','::bytea ORDER BY e.version) AS payloads, count(*) AS n
     FROM events e
-    WHERE s.parent_pk IS NULL AND e.session_pk = s.pk
+    WHERE s.parent_pk IS NULL AND e.session_pk = {{KEY}}
       AND e.version > COALESCE(n.version, 0)
       AND e.version <= COALESCE(%(version)s::int, s.head)
 ) t ON true
 WHERE s.id = %(id)s
 """
+_LOAD = _LOAD_TEMPLATE.replace("{KEY}", "s.pk")
+# The same with the session's key given as well, when the storage knows it (see
+# _KEY_PARAM): the partitions of other sessions are pruned when the execution starts.
+_LOAD_BY_KEY = _LOAD_TEMPLATE.replace("{KEY}", _KEY_PARAM) + "  AND s.pk = %(pk)s::int\n"
+

@@ -22,10 +22,15 @@ asks the primary for its WAL position (one round trip) and the chosen replica fo
 replay position (one round trip, skipped while an earlier answer still proves it is fresh
 enough). Nothing is ever written to a replica: its connections are opened with
 ``default_transaction_read_only=on``, and only reads are routed to it.
+
+The same class serves the asyncio store (``use_asyncio=True``): its replicas are opened
+with the same option, every probe is a round trip awaited on the event loop, and the
+bounded wait for a replica to catch up sleeps on the loop instead of blocking it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import math
 import threading
@@ -36,6 +41,7 @@ from typing import Any
 
 from sqlalchemy import BigInteger, Float, case, cast, extract, func, literal_column, select
 from sqlalchemy.engine import make_url
+from sqlalchemy.util import await_
 
 from ..errors import StorageError
 from .base import EventRow, LoadParts, SnapshotRow, TurnBatch, Tx
@@ -78,6 +84,11 @@ S_REPLICA_STATUS = select(
         ),
     ),
 )
+
+
+def _sleep_on_loop(seconds: float) -> None:
+    """``time.sleep`` for engine code running in a greenlet: the event loop sleeps."""
+    await_(asyncio.sleep(seconds))
 
 
 def read_only_url(url: str) -> str:
@@ -146,7 +157,8 @@ class ReplicatedPostgresStorage(PostgresStorage):
         max_replica_lag: seconds of replay lag beyond which a replica is skipped.
         replica_wait: seconds a read waits for a replica to replay this store's last write
             (or last primary read) before it reads from the primary instead.
-        **options: :class:`PostgresStorage` options, used for every server.
+        **options: :class:`PostgresStorage` options, used for every server
+            (``use_asyncio=True``: for the asyncio store, see the module's docstring).
 
     Raises:
         StorageError: a replica URL is not a PostgreSQL URL, or a bound is not a
@@ -171,6 +183,9 @@ class ReplicatedPostgresStorage(PostgresStorage):
         self._q_status = Compiled(S_REPLICA_STATUS, d)
         self._replicas = [_Replica(PostgresStorage(read_only_url(u), **options)) for u in urls]
         self._turn = itertools.count()
+        # Engine code of an asyncio store runs in greenlets on the loop: never block it.
+        self._sleep = _sleep_on_loop if options.get("use_asyncio") else time.sleep
+        # Held for no I/O at all, so greenlets of one loop never wait on it either.
         self._lock = threading.Lock()
         # The primary WAL position this store has seen (bytes), and whether a write or a
         # primary read happened since it was last read from the primary.
@@ -326,7 +341,7 @@ class ReplicatedPostgresStorage(PostgresStorage):
         # Replay usually trails by a millisecond or two: poll often at first, then back off.
         pause = 0.0005
         while time.monotonic() < deadline:
-            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            self._sleep(min(pause, max(0.0, deadline - time.monotonic())))
             pause = min(pause * 1.5, 0.005)
             for r in behind:
                 if r.probe(self._q_status, self.max_replica_lag) and r.lsn >= position:
