@@ -123,6 +123,7 @@ def parse_position(value: Any, what: str = "after") -> FeedKey | None:
     return FeedKey(int(m.group(1), 16), int(m.group(2), 16), int(m.group(3), 16))
 
 
+@dataclass(frozen=True, slots=True)
 class Bands:
     """How wide a band of ``xact`` each page of a banded feed reads (see the module notes).
 
@@ -132,21 +133,26 @@ class Bands:
     was cut by it. A page that one transaction filled alone is followed by a larger one
     (``limit`` doubles, up to :data:`BAND_PAGE_MAX`), since every page of that transaction
     reads and sorts all of its rows.
+
+    A value: :meth:`read` returns the sizes of the next band instead of changing these, so
+    a reader takes the next key and sizes together, once the page is safely read.
     """
 
-    def __init__(self) -> None:
-        self.width = BAND_FIRST
-        #: how many events the next page reads at most
-        self.limit = FEED_CHUNK
+    #: how many transaction ids the next band spans at most
+    width: int = BAND_FIRST
+    #: how many events the next page reads at most
+    limit: int = FEED_CHUNK
 
     def upto(self, after: FeedKey | None, below: int) -> int:
         """The top of the next band after ``after``, below the barrier ``below``."""
         start = -1 if after is None else after.xact
         return min(start + self.width, below - 1)
 
-    def read(self, after: FeedKey | None, rows: list[Any], upto: int, below: int) -> tuple[FeedKey | None, bool]:
-        """A band was read (with :attr:`limit`): where the next one starts, and whether to
-        read again at once.
+    def read(
+        self, after: FeedKey | None, rows: list[Any], upto: int, below: int
+    ) -> tuple[FeedKey | None, bool, Bands]:
+        """A band was read (with :attr:`limit`): where the next one starts, whether to read
+        again at once, and the sizes of the next band.
 
         Args:
             after: the key the band was read after.
@@ -154,19 +160,15 @@ class Bands:
             upto: its top; ``below``: the barrier it was read under.
         """
         start = -1 if after is None else after.xact
-        limit, self.limit = self.limit, FEED_CHUNK
-        if len(rows) >= limit:
+        if len(rows) >= self.limit:
             last = rows[-1]
-            self.width = max(1, last.xact - start)
-            if last.xact == start:
-                self.limit = min(2 * limit, BAND_PAGE_MAX)
-            return FeedKey(last.xact, last.session_pk, last.version), True
-        if 2 * len(rows) < limit:
-            self.width = min(self.width * 2, BAND_MAX)
+            limit = min(2 * self.limit, BAND_PAGE_MAX) if last.xact == start else FEED_CHUNK
+            return FeedKey(last.xact, last.session_pk, last.version), True, Bands(max(1, last.xact - start), limit)
+        width = min(self.width * 2, BAND_MAX) if 2 * len(rows) < self.limit else self.width
         done = FeedKey(upto, _KEY_END, _KEY_END)  # the whole band is handed out
         if after is not None and after >= done:
             done = after
-        return done, upto < below - 1
+        return done, upto < below - 1, Bands(width)
 
 
 class Pacer:
