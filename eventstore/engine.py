@@ -647,7 +647,9 @@ class Engine:
                     rows = st.read_feed(tx, after=after_key, limit=FEED_CHUNK)
                     full = len(rows) == FEED_CHUNK
                     last = rows[-1] if rows else None
-                    next_key = key if last is None else FeedKey(last.xact, last.session_pk, last.version)
+                    next_key = key
+                    if last is not None:
+                        next_key = FeedKey(last.xact, last.session_pk, last.version)
                     next_bands = None
                 else:
                     below = st.feed_below(tx)

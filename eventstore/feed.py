@@ -27,6 +27,11 @@ order, so each page reads one band ``after <= xact <= upto`` and sorts it in mem
 is final: once a band came back whole (not cut by the page limit), nothing can ever be
 added to it, and the next band starts above it. A page cut by its limit is resumed from
 its last event, as ever. Nothing is skipped by size or by time; only the cost moves.
+
+The reader's key moves only after a page's read transaction has ended (the barrier, the page,
+the end-of-page check, the commit): a connection lost anywhere in it (a server restart) makes
+the retried read start from the same key, so a page is never counted as read without being
+handed out.
 On SQLite ``xact`` is the table's rowid: a page is a range scan of the table itself.
 
 A position is the key of an event, written as fixed-width hex (``xact.session.version``), so
@@ -163,7 +168,8 @@ class Bands:
         if len(rows) >= self.limit:
             last = rows[-1]
             limit = min(2 * self.limit, BAND_PAGE_MAX) if last.xact == start else FEED_CHUNK
-            return FeedKey(last.xact, last.session_pk, last.version), True, Bands(max(1, last.xact - start), limit)
+            cut = FeedKey(last.xact, last.session_pk, last.version)
+            return cut, True, Bands(max(1, last.xact - start), limit)
         width = min(self.width * 2, BAND_MAX) if 2 * len(rows) < self.limit else self.width
         done = FeedKey(upto, _KEY_END, _KEY_END)  # the whole band is handed out
         if after is not None and after >= done:

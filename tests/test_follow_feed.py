@@ -448,7 +448,9 @@ def test_postgresql_gap_a_held_transaction_holds_the_feed_and_is_delivered_acros
         cluster.close()
 
 
-def test_a_page_whose_read_transaction_fails_before_it_ends_is_read_again(db_url: str, backend: str) -> None:
+def test_a_page_whose_read_transaction_fails_before_it_ends_is_read_again(
+    db_url: str, backend: str
+) -> None:
     """The interleaving a server restart made: a page was read, then the reading connection
     died before its transaction ended (the end-of-page check or the commit failed). The
     retried read must hand that page out, not start after it. On PostgreSQL the connection
