@@ -636,23 +636,30 @@ class Engine:
         bands = Bands() if st.feed_banded else None
 
         def read() -> tuple[list[RecordedEvent], bool, bool]:
-            nonlocal key
+            nonlocal key, bands
+            # The key moves only once the page's transaction has ended and its rows are
+            # about to be handed out: a connection lost between the page and the commit (a
+            # server restart) makes the retried read start from the same key, not after
+            # rows it never handed out.
             with st.read() as tx:
                 after_key = None if key is None else key.as_tuple()
                 if bands is None:
                     rows = st.read_feed(tx, after=after_key, limit=FEED_CHUNK)
                     full = len(rows) == FEED_CHUNK
-                    if rows:
-                        last = rows[-1]
-                        key = FeedKey(last.xact, last.session_pk, last.version)
+                    last = rows[-1] if rows else None
+                    next_key = key
+                    if last is not None:
+                        next_key = FeedKey(last.xact, last.session_pk, last.version)
+                    next_bands = None
                 else:
                     below = st.feed_below(tx)
                     assert below is not None
                     upto = bands.upto(key, below)
                     rows = st.read_feed(tx, after=after_key, limit=bands.limit, upto=upto)
-                    key, full = bands.read(key, rows, upto, below)
+                    next_key, full, next_bands = bands.read(key, rows, upto, below)
                 # At the end: are committed events waiting behind an older open transaction?
                 pending = not full and st.feed_barrier(tx).pending
+            key, bands = next_key, next_bands
             out = [recorded_from_feed(r) for r in rows]
             return out, pending, full
 

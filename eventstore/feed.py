@@ -27,6 +27,11 @@ order, so each page reads one band ``after <= xact <= upto`` and sorts it in mem
 is final: once a band came back whole (not cut by the page limit), nothing can ever be
 added to it, and the next band starts above it. A page cut by its limit is resumed from
 its last event, as ever. Nothing is skipped by size or by time; only the cost moves.
+
+The reader's key moves only after a page's read transaction has ended (the barrier, the page,
+the end-of-page check, the commit): a connection lost anywhere in it (a server restart) makes
+the retried read start from the same key, so a page is never counted as read without being
+handed out.
 On SQLite ``xact`` is the table's rowid: a page is a range scan of the table itself.
 
 A position is the key of an event, written as fixed-width hex (``xact.session.version``), so
@@ -123,6 +128,7 @@ def parse_position(value: Any, what: str = "after") -> FeedKey | None:
     return FeedKey(int(m.group(1), 16), int(m.group(2), 16), int(m.group(3), 16))
 
 
+@dataclass(frozen=True, slots=True)
 class Bands:
     """How wide a band of ``xact`` each page of a banded feed reads (see the module notes).
 
@@ -132,21 +138,26 @@ class Bands:
     was cut by it. A page that one transaction filled alone is followed by a larger one
     (``limit`` doubles, up to :data:`BAND_PAGE_MAX`), since every page of that transaction
     reads and sorts all of its rows.
+
+    A value: :meth:`read` returns the sizes of the next band instead of changing these, so
+    a reader takes the next key and sizes together, once the page is safely read.
     """
 
-    def __init__(self) -> None:
-        self.width = BAND_FIRST
-        #: how many events the next page reads at most
-        self.limit = FEED_CHUNK
+    #: how many transaction ids the next band spans at most
+    width: int = BAND_FIRST
+    #: how many events the next page reads at most
+    limit: int = FEED_CHUNK
 
     def upto(self, after: FeedKey | None, below: int) -> int:
         """The top of the next band after ``after``, below the barrier ``below``."""
         start = -1 if after is None else after.xact
         return min(start + self.width, below - 1)
 
-    def read(self, after: FeedKey | None, rows: list[Any], upto: int, below: int) -> tuple[FeedKey | None, bool]:
-        """A band was read (with :attr:`limit`): where the next one starts, and whether to
-        read again at once.
+    def read(
+        self, after: FeedKey | None, rows: list[Any], upto: int, below: int
+    ) -> tuple[FeedKey | None, bool, Bands]:
+        """A band was read (with :attr:`limit`): where the next one starts, whether to read
+        again at once, and the sizes of the next band.
 
         Args:
             after: the key the band was read after.
@@ -154,19 +165,16 @@ class Bands:
             upto: its top; ``below``: the barrier it was read under.
         """
         start = -1 if after is None else after.xact
-        limit, self.limit = self.limit, FEED_CHUNK
-        if len(rows) >= limit:
+        if len(rows) >= self.limit:
             last = rows[-1]
-            self.width = max(1, last.xact - start)
-            if last.xact == start:
-                self.limit = min(2 * limit, BAND_PAGE_MAX)
-            return FeedKey(last.xact, last.session_pk, last.version), True
-        if 2 * len(rows) < limit:
-            self.width = min(self.width * 2, BAND_MAX)
+            limit = min(2 * self.limit, BAND_PAGE_MAX) if last.xact == start else FEED_CHUNK
+            cut = FeedKey(last.xact, last.session_pk, last.version)
+            return cut, True, Bands(max(1, last.xact - start), limit)
+        width = min(self.width * 2, BAND_MAX) if 2 * len(rows) < self.limit else self.width
         done = FeedKey(upto, _KEY_END, _KEY_END)  # the whole band is handed out
         if after is not None and after >= done:
             done = after
-        return done, upto < below - 1
+        return done, upto < below - 1, Bands(width)
 
 
 class Pacer:

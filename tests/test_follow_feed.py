@@ -20,6 +20,7 @@ No test sleeps and hopes: consumers stop when they have what the database holds,
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import signal
 import sqlite3
@@ -333,7 +334,7 @@ def test_bands_hand_out_every_row_once_in_order() -> None:
         limits.add(bands.limit)
         page = [r for r in table if (r.xact, r.session_pk, r.version) > after and r.xact <= upto][: bands.limit]
         got += page
-        key, more = bands.read(key, page, upto, below)
+        key, more, bands = bands.read(key, page, upto, below)
         reads += 1
     assert got == [r for r in table if r.xact < below]
     assert reads < 60
@@ -445,6 +446,44 @@ def test_postgresql_gap_a_held_transaction_holds_the_feed_and_is_delivered_acros
             raw.dispose()
     finally:
         cluster.close()
+
+
+def test_a_page_whose_read_transaction_fails_before_it_ends_is_read_again(
+    db_url: str, backend: str
+) -> None:
+    """The interleaving a server restart made: a page was read, then the reading connection
+    died before its transaction ended (the end-of-page check or the commit failed). The
+    retried read must hand that page out, not start after it. On PostgreSQL the connection
+    is ended from outside, as a fast shutdown ends it; on SQLite the check fails as a lost
+    connection would."""
+    from eventstore.engine import Engine
+
+    with make_store(db_url) as store:
+        store.append("a", [_send(0)])
+    engine = Engine(db_url)
+    st = engine.storage
+    barrier, failed = st.feed_barrier, []
+
+    def dying_barrier(tx: Any) -> Any:
+        if not failed:
+            failed.append(True)
+            engine.append("b", [_send(0)])  # a later commit, so the retried read has more to find
+            if backend != "sqlite":
+                pid = tx.exec_driver_sql("SELECT pg_backend_pid()").scalar()
+                with psycopg.connect(_pg_dsn(db_url), autocommit=True) as admin:
+                    admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            else:
+                raise StorageError("connection lost", retryable=True)
+        return barrier(tx)
+
+    st.feed_barrier = dying_barrier  # type: ignore[method-assign]
+    try:
+        with engine.feed(idle_timeout=SAFETY) as follower:
+            got = list(itertools.islice(follower, 2))
+    finally:
+        engine.close()
+    assert failed
+    assert [(e.session_id, e.version) for e in got] == [("a", 1), ("b", 1)]
 
 
 def test_sqlite_gap_a_held_write_transaction_is_delivered_when_it_commits(tmp_path: Any) -> None:
