@@ -8,20 +8,28 @@ connection; SQLite: ``PRAGMA data_version`` moving). The thread turns every sign
 When the connection is lost the watcher says so (``healthy`` false), wakes every reader
 (commits may have been missed) and reconnects with a back-off; meanwhile :meth:`wait`
 returns every ``fallback_poll`` seconds, so readers poll until the watcher is back.
+A watcher given a ``safety_poll`` also returns that often while healthy: on PostgreSQL the
+sign is sent after the commit, not by it, so a writer that commits without sending one
+(raw SQL, a process killed between its commit and its sign) is found within that time.
+
+:class:`Notifier` is the sending side of PostgreSQL's sign: writers mark their commits and
+one thread per storage sends one sign for every commit marked while it was sending.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import threading
 import time
+import weakref
 from abc import ABC, abstractmethod
 from typing import Any
 
 from .base import AsyncChangeWatcher, ChangeWatcher
 
-__all__ = ["Probe", "ThreadWatcher", "AsyncProbe", "TaskWatcher"]
+__all__ = ["Probe", "ThreadWatcher", "AsyncProbe", "TaskWatcher", "Signal", "Notifier"]
 
 
 class Probe(ABC):
@@ -49,13 +57,24 @@ class ThreadWatcher(ChangeWatcher):
         name: the thread's name.
         interval: how long one probe wait lasts (bounds how late :meth:`close` returns).
         fallback_poll: while the connection is down, :meth:`wait` returns this often.
+        safety_poll: while it is up, :meth:`wait` returns at least this often (``None``:
+            only on a sign; for probes that see every commit).
     """
 
-    def __init__(self, probe: Probe, *, name: str, interval: float = 0.2, fallback_poll: float = 0.25) -> None:
+    def __init__(
+        self,
+        probe: Probe,
+        *,
+        name: str,
+        interval: float = 0.2,
+        fallback_poll: float = 0.25,
+        safety_poll: float | None = None,
+    ) -> None:
         self._probe = probe
         self._name = name
         self._interval = interval
         self._fallback = fallback_poll
+        self._safety = safety_poll
         self._cond = threading.Condition()
         self._gen = 0
         self._healthy = False
@@ -116,6 +135,7 @@ class ThreadWatcher(ChangeWatcher):
 
     def wait(self, seen: int, timeout: float | None) -> int:
         self._ensure_started()
+        timeout = _capped(timeout, self._safety)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while self._gen == seen:
@@ -163,10 +183,18 @@ class TaskWatcher(AsyncChangeWatcher):
     started by the first reader, with the same generation protocol and polling fallback.
     """
 
-    def __init__(self, probe: AsyncProbe, *, interval: float = 0.2, fallback_poll: float = 0.25) -> None:
+    def __init__(
+        self,
+        probe: AsyncProbe,
+        *,
+        interval: float = 0.2,
+        fallback_poll: float = 0.25,
+        safety_poll: float | None = None,
+    ) -> None:
         self._probe = probe
         self._interval = interval
         self._fallback = fallback_poll
+        self._safety = safety_poll
         self._gen = 0
         self._healthy = False
         self._closed = False
@@ -225,8 +253,7 @@ class TaskWatcher(AsyncChangeWatcher):
         await self._ensure_started()
         if self._gen != seen or self._changed is None:
             return self._gen
-        if not self._healthy or self._closed:
-            timeout = self._fallback if timeout is None else min(timeout, self._fallback)
+        timeout = _capped(timeout, self._fallback if not self._healthy or self._closed else self._safety)
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._changed.wait(), timeout)
         return self._gen
@@ -243,3 +270,129 @@ class TaskWatcher(AsyncChangeWatcher):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+
+
+def _capped(timeout: float | None, cap: float | None) -> float | None:
+    """``timeout`` (``None``: no limit) at most ``cap`` (``None``: no cap)."""
+    if cap is None:
+        return timeout
+    return cap if timeout is None else min(timeout, cap)
+
+
+class Signal(ABC):
+    """A backend's way of telling other processes that something was committed."""
+
+    @abstractmethod
+    def connect(self) -> Any:
+        """Open the dedicated connection the signs are sent on."""
+
+    @abstractmethod
+    def send(self, handle: Any) -> None:
+        """Send one sign on ``handle`` (raises when the connection is lost)."""
+
+    @abstractmethod
+    def close(self, handle: Any) -> None:
+        """Close the dedicated connection (never raises)."""
+
+
+# Notifiers still open: a process that exits without closing its store sends its last sign.
+_OPEN: weakref.WeakSet[Notifier] = weakref.WeakSet()
+
+
+@atexit.register
+def _flush_open_notifiers() -> None:
+    for notifier in list(_OPEN):
+        notifier.close()
+
+
+class Notifier:
+    """Sends a sign after commits, from a thread of its own, coalescing them.
+
+    A writer calls :meth:`mark` once its transaction has committed; it never waits. The
+    thread (started by the first mark, gone after ``linger`` seconds without one) sends
+    one sign, then one more for everything marked while that one was being sent, and so
+    on: at most one sign per commit, far fewer under load, and none inside a writer's
+    transaction (on PostgreSQL a transaction that notifies holds a database-wide lock
+    through its commit, which would serialise every writer).
+
+    A sign that cannot be sent is retried with a back-off while the connection is
+    reconnected; readers meanwhile find the commits by their own polling.
+
+    Args:
+        signal: the backend's signal.
+        name: the thread's name.
+        linger: how long the idle thread waits for the next mark before it ends.
+        flush_timeout: how long :meth:`close` waits for a pending sign to be sent.
+    """
+
+    def __init__(self, signal: Signal, *, name: str, linger: float = 0.5, flush_timeout: float = 5.0) -> None:
+        self._signal = signal
+        self._name = name
+        self._linger = linger
+        self._flush_timeout = flush_timeout
+        self._cond = threading.Condition()
+        self._dirty = False
+        self._running = False
+        self._closed = False
+        self._handle: Any = None
+        _OPEN.add(self)
+
+    def mark(self) -> None:
+        """Something was committed: send a sign soon (never blocks on the database)."""
+        with self._cond:
+            if self._closed:
+                return
+            self._dirty = True
+            if self._running:
+                self._cond.notify()
+                return
+            self._running = True
+        threading.Thread(target=self._run, name=self._name, daemon=True).start()
+
+    def _run(self) -> None:
+        backoff = 0.05
+        while True:
+            with self._cond:
+                if not self._dirty and not self._closed:
+                    self._cond.wait(self._linger)
+                if not self._dirty:
+                    self._stopped()
+                    return
+                self._dirty = False
+            try:
+                if self._handle is None:
+                    self._handle = self._signal.connect()
+                self._signal.send(self._handle)
+                backoff = 0.05
+            except Exception:  # noqa: BLE001 - any failure: reconnect and send again
+                self._drop()
+                with self._cond:
+                    self._dirty = True
+                    if self._closed:
+                        self._stopped()
+                        return
+                    self._cond.wait(backoff)
+                backoff = min(backoff * 2, 2.0)
+
+    def _stopped(self) -> None:
+        """The thread ends (called holding the lock)."""
+        self._running = False
+        if self._closed:
+            self._drop()
+        self._cond.notify_all()
+
+    def _drop(self) -> None:
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            self._signal.close(handle)
+
+    def close(self) -> None:
+        """Send what is still marked (waiting at most ``flush_timeout`` seconds), then
+        close the connection; later marks are ignored."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+            self._cond.wait_for(lambda: not self._running, self._flush_timeout)
+            if not self._running:
+                self._drop()
+        _OPEN.discard(self)
