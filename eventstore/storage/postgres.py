@@ -521,7 +521,8 @@ class _NotifySignal(Signal):
 
     def send(self, handle: Any) -> None:
         conn, channel = handle
-        conn.execute("SELECT pg_notify(%s, '')", (channel,))
+        # Never prepared: PgBouncer's transaction mode would hand it to another backend.
+        conn.execute("SELECT pg_notify(%s, '')", (channel,), prepare=False)
 
     def close(self, handle: Any) -> None:
         try:
