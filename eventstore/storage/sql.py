@@ -440,8 +440,15 @@ class SqlStorage(Storage):
     def _committed(self) -> None:
         """A write transaction committed: wake the followers of every process.
 
-        Every write path calls it after its commit, never inside the transaction.
+        Every write path calls it after its commit, never inside the transaction. This
+        store's own followers are woken at once; other stores' (other processes') by the
+        notifier's sign, or by their own probe.
         """
+        watcher, async_watcher = self._watcher, self._async_watcher
+        if watcher is not None:
+            watcher.wake()
+        if async_watcher is not None:
+            async_watcher.wake()
         if self._notifier is not None:
             self._notifier.mark()
 
