@@ -66,13 +66,13 @@ ROUNDS = 10
 # -- 1. latency -------------------------------------------------------------------------------
 
 
-def latency(store: EventStore, writers: int, seconds: float, reader: EventStore | None = None) -> dict[str, Any]:
+def latency(store: EventStore, writers: int, seconds: float, own: EventStore | None = None) -> dict[str, Any]:
     """p50/p99/max seconds from a writer's acknowledged commit to the feed follower.
 
-    The follower reads through ``reader`` when given (a store of its own: woken by the
+    The follower reads through ``own`` when given (a store of its own: woken by the
     writers' store's notification, as in another process), else through ``store``.
     """
-    follows = reader or store
+    follows = own or store
     start = list(follows.feed(idle_timeout=0))
     after = start[-1].position if start else None
     acked: dict[tuple[str, int], float] = {}
@@ -113,7 +113,7 @@ def latency(store: EventStore, writers: int, seconds: float, reader: EventStore 
     missing = len([k for k in acked if k not in got])
     return {
         "writers": writers,
-        "own_store": reader is not None,
+        "own_store": own is not None,
         "events": len(acked),
         "events_per_s": len(acked) / seconds,
         "missing": missing,

@@ -23,13 +23,13 @@ SAFETY = 30.0
 
 
 class _Gated(Signal):
-    """A signal whose sends block until released, recording every one."""
+    """A signal whose signs complete only once released, recording every one."""
 
     def __init__(self, failures: int = 0) -> None:
-        self.sent = 0
+        self.started = 0
         self.connects = 0
         self.failures = failures
-        self.entered = threading.Semaphore(0)
+        self.waiting = threading.Semaphore(0)
         self.release = threading.Event()
         self.release.set()
 
@@ -37,41 +37,44 @@ class _Gated(Signal):
         self.connects += 1
         return object()
 
-    def send(self, handle: Any) -> None:
-        self.entered.release()
+    def start(self, handle: Any) -> None:
+        self.started += 1
+
+    def finish(self, handle: Any, timeout: float) -> bool:
+        self.waiting.release()
         assert self.release.wait(SAFETY)
         if self.failures:
             self.failures -= 1
             raise ConnectionError("lost")
-        self.sent += 1
+        return True
 
     def close(self, handle: Any) -> None:
         pass
 
 
-def test_marks_made_while_a_sign_is_sent_are_coalesced_into_one() -> None:
+def test_marks_made_while_a_sign_is_in_flight_are_coalesced_into_one() -> None:
     signal = _Gated()
     signal.release.clear()
     notifier = Notifier(signal, name="test-notify")
     notifier.mark()
-    assert signal.entered.acquire(timeout=SAFETY)  # the first sign is on its way
+    assert signal.waiting.acquire(timeout=SAFETY)  # the first sign is in flight
     for _ in range(100):
         notifier.mark()
     signal.release.set()
-    notifier.close()  # sends what is still marked
-    assert signal.sent == 2
+    notifier.close()  # sends what is still due
+    assert signal.started == 2
     notifier.mark()  # ignored once closed
-    assert signal.sent == 2
+    assert signal.started == 2
 
 
 def test_a_failed_sign_is_sent_again_on_a_new_connection() -> None:
     signal = _Gated(failures=1)
     notifier = Notifier(signal, name="test-notify")
     notifier.mark()
-    assert signal.entered.acquire(timeout=SAFETY)  # the failing send
-    assert signal.entered.acquire(timeout=SAFETY)  # the retry
+    assert signal.waiting.acquire(timeout=SAFETY)  # the failing sign
+    assert signal.waiting.acquire(timeout=SAFETY)  # the one sent again
     notifier.close()
-    assert (signal.sent, signal.connects) == (1, 2)
+    assert (signal.started, signal.connects) == (2, 2)
 
 
 def _listen(url: str) -> psycopg.Connection[Any]:

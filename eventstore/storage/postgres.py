@@ -503,6 +503,7 @@ class _ListenProbe(Probe):
         except Exception:  # noqa: BLE001 - a dead connection is closed anyway
             pass
 
+
 class _NotifySignal(Signal):
     """``pg_notify`` on the events table's channel, sent after the writes committed.
 
@@ -511,18 +512,35 @@ class _NotifySignal(Signal):
     writers' transactions never notify, so they keep sharing WAL flushes, and only this
     one statement waits for that lock. It commits asynchronously (a notification is only
     a hint; losing one in a crash loses nothing), so it holds the lock for no WAL flush.
+    The statement goes through libpq's asynchronous calls: sending it does not wait for
+    the server, and it is never prepared (PgBouncer's transaction mode would hand a
+    prepared statement to another backend).
     """
 
     def __init__(self, engine: Any) -> None:
         self._db = engine
 
     def connect(self) -> Any:
-        return _dedicated(self._db, synchronous_commit="off")
+        conn, channel = _dedicated(self._db, synchronous_commit="off")
+        return conn, [channel.encode()]
 
-    def send(self, handle: Any) -> None:
-        conn, channel = handle
-        # Never prepared: PgBouncer's transaction mode would hand it to another backend.
-        conn.execute("SELECT pg_notify(%s, '')", (channel,), prepare=False)
+    def start(self, handle: Any) -> None:
+        conn, params = handle
+        conn.pgconn.send_query_params(b"SELECT pg_notify($1, '')", params)
+
+    def finish(self, handle: Any, timeout: float) -> bool:
+        pg = handle[0].pgconn
+        pg.consume_input()
+        if pg.is_busy():
+            if not _select.select([pg.socket], [], [], timeout)[0]:
+                return False
+            pg.consume_input()
+            if pg.is_busy():
+                return False
+        while (res := pg.get_result()) is not None:
+            if res.status != psycopg.pq.ExecStatus.TUPLES_OK:
+                raise psycopg.OperationalError(res.error_message.decode(errors="replace"))
+        return True
 
     def close(self, handle: Any) -> None:
         try:

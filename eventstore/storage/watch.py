@@ -280,15 +280,22 @@ def _capped(timeout: float | None, cap: float | None) -> float | None:
 
 
 class Signal(ABC):
-    """A backend's way of telling other processes that something was committed."""
+    """A backend's way of telling other processes that something was committed: a sign
+    is started without waiting for the server, then waited for by the notifier's thread."""
 
     @abstractmethod
     def connect(self) -> Any:
         """Open the dedicated connection the signs are sent on."""
 
     @abstractmethod
-    def send(self, handle: Any) -> None:
-        """Send one sign on ``handle`` (raises when the connection is lost)."""
+    def start(self, handle: Any) -> None:
+        """Send one sign on ``handle`` without waiting for its result (raises when the
+        connection is lost). Never called while another sign is in flight."""
+
+    @abstractmethod
+    def finish(self, handle: Any, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the sign in flight to be done; ``True`` when
+        it is. Raises when the connection is lost or the sign failed."""
 
     @abstractmethod
     def close(self, handle: Any) -> None:
@@ -306,23 +313,24 @@ def _flush_open_notifiers() -> None:
 
 
 class Notifier:
-    """Sends a sign after commits, from a thread of its own, coalescing them.
+    """Sends a sign after commits on a connection of its own, coalescing them.
 
-    A writer calls :meth:`mark` once its transaction has committed; it never waits. The
-    thread (started by the first mark, gone after ``linger`` seconds without one) sends
-    one sign, then one more for everything marked while that one was being sent, and so
-    on: at most one sign per commit, far fewer under load, and none inside a writer's
-    transaction (on PostgreSQL a transaction that notifies holds a database-wide lock
-    through its commit, which would serialise every writer).
-
-    A sign that cannot be sent is retried with a back-off while the connection is
-    reconnected; readers meanwhile find the commits by their own polling.
+    A writer calls :meth:`mark` once its transaction has committed. When no sign is in
+    flight, the writer's thread sends one at once without waiting for the server (no hand-
+    over to another thread on the way: under load a woken thread waits for the interpreter
+    lock); otherwise the commit is noted and one more sign follows when the one in flight
+    is done. A thread of the notifier's own (started on demand, gone after ``linger``
+    seconds without a mark) waits for each sign's result, connects and reconnects: at most
+    one sign per commit, far fewer under load, and none inside a writer's transaction (on
+    PostgreSQL a transaction that notifies holds a database-wide lock through its commit,
+    which would serialise every writer). A sign that cannot be sent is retried with a
+    back-off on a new connection; readers meanwhile find the commits by their own polling.
 
     Args:
         signal: the backend's signal.
         name: the thread's name.
         linger: how long the idle thread waits for the next mark before it ends.
-        flush_timeout: how long :meth:`close` waits for a pending sign to be sent.
+        flush_timeout: how long :meth:`close` waits for the signs still due.
     """
 
     def __init__(self, signal: Signal, *, name: str, linger: float = 0.5, flush_timeout: float = 5.0) -> None:
@@ -331,43 +339,64 @@ class Notifier:
         self._linger = linger
         self._flush_timeout = flush_timeout
         self._cond = threading.Condition()
-        self._dirty = False
+        self._dirty = False  # a commit no sign in flight or sent covers
+        self._inflight = False
         self._running = False
         self._closed = False
         self._handle: Any = None
         _OPEN.add(self)
 
     def mark(self) -> None:
-        """Something was committed: send a sign soon (never blocks on the database)."""
+        """Something was committed: send a sign now or soon (never waits for the server)."""
         with self._cond:
             if self._closed:
                 return
-            self._dirty = True
+            if self._inflight or self._handle is None or not self._start():
+                self._dirty = True
             if self._running:
                 self._cond.notify()
                 return
             self._running = True
         threading.Thread(target=self._run, name=self._name, daemon=True).start()
 
+    def _start(self) -> bool:
+        """Start a sign (holding the lock); ``False`` when the connection failed."""
+        try:
+            self._signal.start(self._handle)
+        except Exception:  # noqa: BLE001 - the thread reconnects
+            self._drop()
+            return False
+        self._dirty, self._inflight = False, True
+        return True
+
     def _run(self) -> None:
         backoff = 0.05
         while True:
             with self._cond:
-                if not self._dirty and not self._closed:
+                if not (self._dirty or self._inflight or self._closed):
                     self._cond.wait(self._linger)
-                if not self._dirty:
+                if not (self._dirty or self._inflight):
                     self._stopped()
                     return
-                self._dirty = False
+                handle = self._handle
             try:
-                if self._handle is None:
-                    self._handle = self._signal.connect()
-                self._signal.send(self._handle)
+                if handle is None:
+                    handle = self._signal.connect()
+                    with self._cond:
+                        self._handle = handle
+                with self._cond:
+                    if self._dirty and not self._inflight and not self._start():
+                        raise ConnectionError("the sign could not be sent")
+                    inflight = self._inflight
+                while inflight and not self._signal.finish(handle, 1.0):
+                    pass
+                with self._cond:
+                    self._inflight = False
                 backoff = 0.05
             except Exception:  # noqa: BLE001 - any failure: reconnect and send again
-                self._drop()
                 with self._cond:
-                    self._dirty = True
+                    self._drop()
+                    self._dirty, self._inflight = True, False
                     if self._closed:
                         self._stopped()
                         return
@@ -387,7 +416,7 @@ class Notifier:
             self._signal.close(handle)
 
     def close(self) -> None:
-        """Send what is still marked (waiting at most ``flush_timeout`` seconds), then
+        """Send the signs still due (waiting at most ``flush_timeout`` seconds), then
         close the connection; later marks are ignored."""
         with self._cond:
             self._closed = True
