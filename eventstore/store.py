@@ -367,7 +367,8 @@ class EventStore(StoreBase):
 
         The past comes as :meth:`history` gives it (a branch's inherited prefix included);
         then the follower waits for new events without polling the database in a loop
-        (PostgreSQL: one ``LISTEN`` connection per store wakes every follower at a commit;
+        (PostgreSQL: one ``LISTEN`` connection per store wakes every follower when a store
+        notifies after its commits, and a silent follower reads again every second;
         SQLite: a dedicated connection watches ``PRAGMA data_version``).
 
         Args:

@@ -107,6 +107,37 @@ def test_revision_0005_moves_the_feed_storage_and_keeps_every_position(
     assert _diffs(raw_engine) == []
 
 
+def _notify_triggers(engine: Engine) -> list[str]:
+    with engine.connect() as conn:
+        return list(
+            conn.execute(
+                text("SELECT tgname FROM pg_trigger WHERE tgrelid = to_regclass('events') AND tgname LIKE '%notify%'")
+            ).scalars()
+        )
+
+
+def test_revision_0006_drops_the_notify_trigger_and_followers_are_still_woken(
+    db_url: str, raw_engine: Engine
+) -> None:
+    with make_store(db_url) as store:
+        store.append("s1", [{"type": "stop"}])
+    postgresql = raw_engine.dialect.name == "postgresql"
+    if postgresql:
+        assert _notify_triggers(raw_engine) == []  # no writing transaction notifies
+    with raw_engine.begin() as conn:
+        command.downgrade(alembic_config(conn), "0005_feed_storage")
+    if postgresql:
+        assert _notify_triggers(raw_engine) == ["events_notify"]
+    with make_store(db_url) as store:  # upgraded again
+        if postgresql:
+            assert _notify_triggers(raw_engine) == []
+        follower = store.follow("s1", after=1, idle_timeout=30)
+        store.append("s1", [{"type": "stop"}])
+        assert next(follower).version == 2
+        follower.close()
+    assert _diffs(raw_engine) == []
+
+
 def test_migrations_are_found_in_the_checkout() -> None:
     d = migrations_dir()
     assert (d / "env.py").is_file() and (d / "versions").is_dir()

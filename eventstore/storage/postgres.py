@@ -53,7 +53,7 @@ from .base import (
 )
 from .schema import events
 from .sql import Compiled, ErrorKind, SqlStorage, session_row
-from .watch import AsyncProbe, Probe
+from .watch import AsyncProbe, Probe, Signal
 
 __all__ = [
     "PostgresStorage",
@@ -161,6 +161,7 @@ FEED_XACT = "(pg_current_xact_id()::text)::bigint"
 #: notifies once per INSERT statement, and PostgreSQL folds identical notifications of one
 #: transaction into one, delivered at commit. The channel names the events table by its
 #: OID, so stores on different schemas of one server wake only their own followers.
+#: Revision 0006 drops it again (see :class:`_NotifySignal`).
 FEED_DDL_V3 = (
     """
     CREATE FUNCTION eventstore_events_notify() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -181,7 +182,8 @@ DROP_FEED_DDL_V3 = (
     "DROP FUNCTION IF EXISTS eventstore_events_notify()",
 )
 
-#: The channel :data:`FEED_DDL_V3` notifies, for the events table the search path finds.
+#: The channel followers listen on, for the events table the search path finds: it names
+#: the table by its OID, so stores on different schemas of one server wake only their own.
 _FEED_CHANNEL = "SELECT 'eventstore_' || to_regclass('events')::oid::text"
 
 
@@ -457,6 +459,24 @@ def _feed_barrier() -> Any:
     return select(b.c.x, exists().where(events.c.xact >= b.c.x))
 
 
+def _dedicated(engine: Any, **settings: str) -> tuple[Any, str]:
+    """A connection of its own (outside the pool, in autocommit) and this schema's
+    notification channel."""
+    cargs, cparams = engine.dialect.create_connect_args(engine.url)
+    params = {"connect_timeout": 5, **cparams, "autocommit": True}
+    conn = psycopg.connect(*cargs, **params)
+    try:
+        for name, value in settings.items():
+            conn.execute("SELECT set_config(%s, %s, false)", (name, value))
+        channel = conn.execute(feed_channel()).fetchone()
+        if channel is None or channel[0] is None:
+            raise RuntimeError("no events table: the database is not migrated")
+    except BaseException:
+        conn.close()
+        raise
+    return conn, str(channel[0])
+
+
 class _ListenProbe(Probe):
     """LISTEN on a dedicated connection (outside the pool) for the events table's channel."""
 
@@ -464,15 +484,9 @@ class _ListenProbe(Probe):
         self._db = engine
 
     def connect(self) -> Any:
-        dialect = self._db.dialect
-        cargs, cparams = dialect.create_connect_args(self._db.url)
-        params = {"connect_timeout": 5, **cparams, "autocommit": True}
-        conn = psycopg.connect(*cargs, **params)
+        conn, channel = _dedicated(self._db)
         try:
-            channel = conn.execute(feed_channel()).fetchone()
-            if channel is None or channel[0] is None:
-                raise RuntimeError("no events table: the database is not migrated")
-            conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(channel[0])))
+            conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(channel)))
         except BaseException:
             conn.close()
             raise
@@ -488,6 +502,52 @@ class _ListenProbe(Probe):
             handle.close()
         except Exception:  # noqa: BLE001 - a dead connection is closed anyway
             pass
+
+
+class _NotifySignal(Signal):
+    """``pg_notify`` on the events table's channel, sent after the writes committed.
+
+    Each sign is its own tiny transaction on a dedicated connection. PostgreSQL holds a
+    database-wide lock from a notifying transaction's pre-commit through its commit; the
+    writers' transactions never notify, so they keep sharing WAL flushes, and only this
+    one statement waits for that lock. It commits asynchronously (a notification is only
+    a hint; losing one in a crash loses nothing), so it holds the lock for no WAL flush.
+    The statement goes through libpq's asynchronous calls: sending it does not wait for
+    the server, and it is never prepared (PgBouncer's transaction mode would hand a
+    prepared statement to another backend).
+    """
+
+    def __init__(self, engine: Any) -> None:
+        self._db = engine
+
+    def connect(self) -> Any:
+        conn, channel = _dedicated(self._db, synchronous_commit="off")
+        return conn, [channel.encode()]
+
+    def start(self, handle: Any) -> None:
+        conn, params = handle
+        conn.pgconn.send_query_params(b"SELECT pg_notify($1, '')", params)
+
+    def finish(self, handle: Any, timeout: float) -> bool:
+        pg = handle[0].pgconn
+        pg.consume_input()
+        if pg.is_busy():
+            if not _select.select([pg.socket], [], [], timeout)[0]:
+                return False
+            pg.consume_input()
+            if pg.is_busy():
+                return False
+        while (res := pg.get_result()) is not None:
+            if res.status != psycopg.pq.ExecStatus.TUPLES_OK:
+                raise psycopg.OperationalError(res.error_message.decode(errors="replace"))
+        return True
+
+    def close(self, handle: Any) -> None:
+        try:
+            handle[0].close()
+        except Exception:  # noqa: BLE001 - a dead connection is closed anyway
+            pass
+
 
 class _HotConnections:
     """The async engine's autocommit connections for its one-statement appends and loads.
@@ -850,6 +910,8 @@ class PostgresStorage(SqlStorage):
             cur.execute(_APPEND_BATCHES, params, binary=True, prepare=self._prepare_load or None)
             (moved,) = cur.fetchone()
         done = set(moved)
+        if events and done:
+            self._committed()
         return [b.session_pk in done for b in batches]
 
     def _append_one(
@@ -879,9 +941,12 @@ class PostgresStorage(SqlStorage):
         with self._errors(), self._autocommit(hot=True) as cur:
             cur.execute(sql, params, binary=binary)
             if cur.description is None:
-                return int(cur.rowcount)
-            (count,) = cur.fetchone()
-            return int(count)
+                count = int(cur.rowcount)
+            else:
+                count = int(cur.fetchone()[0])
+        if count:
+            self._committed()
+        return count
 
     @contextmanager
     def _autocommit(self, *, hot: bool) -> Iterator[Any]:
@@ -998,8 +1063,15 @@ class PostgresStorage(SqlStorage):
         # Read before the page, so every row below it is committed in the page's snapshot.
         return int(self._fetchone(tx, self._q_feed_below, {})[0])
 
+    #: A notification is sent after the commit, not by it: a writer that commits without
+    #: one (raw SQL, a process killed in between) is found by this slow re-read.
+    safety_poll = 1.0
+
     def _probe(self) -> Probe:
         return _ListenProbe(self.engine)
+
+    def _signal(self) -> Signal:
+        return _NotifySignal(self.engine)
 
     def _async_probe(self) -> AsyncProbe:
         return _AsyncListenProbe(self.engine)

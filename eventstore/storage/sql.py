@@ -56,7 +56,7 @@ from .base import (
     TurnBatch,
     Tx,
 )
-from .watch import AsyncProbe, Probe, TaskWatcher, ThreadWatcher
+from .watch import AsyncProbe, Notifier, Probe, Signal, TaskWatcher, ThreadWatcher
 from .schema import (
     VERSION_TABLE,
     compaction_permits,
@@ -347,6 +347,9 @@ class SqlStorage(Storage):
 
     #: the driver's base exception class (errors raised on the raw cursor).
     driver_error: type[BaseException] = Exception
+    #: how often a follower reads again while its watcher is up and silent (``None``:
+    #: only when woken; for a probe that sees every commit by itself).
+    safety_poll: float | None = None
 
     def __init__(self, engine: Engine, url: str) -> None:
         self.engine = engine
@@ -363,6 +366,8 @@ class SqlStorage(Storage):
         self._watcher: ChangeWatcher | None = None
         self._async_watcher: AsyncChangeWatcher | None = None
         self._watcher_lock = threading.Lock()
+        signal = self._signal()
+        self._notifier = None if signal is None else Notifier(signal, name=f"eventstore-notify {self.safe_url}")
         self._q_turn_move = Compiled(S_TURN_MOVE, d)
         self._q_turn_release = Compiled(S_TURN_MOVE_RELEASE, d)
         self._q_turn_claim = Compiled(S_TURN_CLAIM, d)
@@ -426,6 +431,26 @@ class SqlStorage(Storage):
     def _async_probe(self) -> AsyncProbe:
         """The same, awaited on an event loop (for :meth:`async_watcher`)."""
         raise NotImplementedError
+
+    def _signal(self) -> Signal | None:
+        """How this backend tells other processes about commits (``None``: its probe
+        sees them by itself)."""
+        return None
+
+    def _committed(self) -> None:
+        """A write transaction committed: wake the followers of every process.
+
+        Every write path calls it after its commit, never inside the transaction. This
+        store's own followers are woken at once; other stores' (other processes') by the
+        notifier's sign, or by their own probe.
+        """
+        watcher, async_watcher = self._watcher, self._async_watcher
+        if watcher is not None:
+            watcher.wake()
+        if async_watcher is not None:
+            async_watcher.wake()
+        if self._notifier is not None:
+            self._notifier.mark()
 
     def _migration_lock(self, conn: Connection) -> None:
         """Serialise concurrent migrations (PostgreSQL: an advisory lock)."""
@@ -534,8 +559,11 @@ class SqlStorage(Storage):
             self._begin_write(conn)
             with conn.begin():
                 yield conn
+        self._committed()
 
     def close(self) -> None:
+        if self._notifier is not None:
+            self._notifier.close()
         with self._watcher_lock:
             w, self._watcher = self._watcher, None
             aw, self._async_watcher = self._async_watcher, None
@@ -839,13 +867,15 @@ class SqlStorage(Storage):
     def watcher(self) -> ChangeWatcher:
         with self._watcher_lock:
             if self._watcher is None:
-                self._watcher = ThreadWatcher(self._probe(), name=f"eventstore-watch {self.safe_url}")
+                self._watcher = ThreadWatcher(
+                    self._probe(), name=f"eventstore-watch {self.safe_url}", safety_poll=self.safety_poll
+                )
             return self._watcher
 
     def async_watcher(self) -> AsyncChangeWatcher:
         with self._watcher_lock:
             if self._async_watcher is None:
-                self._async_watcher = TaskWatcher(self._async_probe())
+                self._async_watcher = TaskWatcher(self._async_probe(), safety_poll=self.safety_poll)
             return self._async_watcher
 
     # -- snapshots ----------------------------------------------------------------------

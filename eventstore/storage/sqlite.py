@@ -412,6 +412,7 @@ class SQLiteStorage(SqlStorage):
                             for i, snap in enumerate(snapshots):
                                 self.put_snapshot(tx, snap, blobs if i == 0 else {})
                             cur.execute("COMMIT")
+                            self._committed()
                             return True
                         cur.execute("ROLLBACK")
                         return False

@@ -8,20 +8,28 @@ connection; SQLite: ``PRAGMA data_version`` moving). The thread turns every sign
 When the connection is lost the watcher says so (``healthy`` false), wakes every reader
 (commits may have been missed) and reconnects with a back-off; meanwhile :meth:`wait`
 returns every ``fallback_poll`` seconds, so readers poll until the watcher is back.
+A watcher given a ``safety_poll`` also returns that often while healthy: on PostgreSQL the
+sign is sent after the commit, not by it, so a writer that commits without sending one
+(raw SQL, a process killed between its commit and its sign) is found within that time.
+
+:class:`Notifier` is the sending side of PostgreSQL's sign: writers mark their commits and
+one thread per storage sends one sign for every commit marked while it was sending.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import threading
 import time
+import weakref
 from abc import ABC, abstractmethod
 from typing import Any
 
 from .base import AsyncChangeWatcher, ChangeWatcher
 
-__all__ = ["Probe", "ThreadWatcher", "AsyncProbe", "TaskWatcher"]
+__all__ = ["Probe", "ThreadWatcher", "AsyncProbe", "TaskWatcher", "Signal", "Notifier"]
 
 
 class Probe(ABC):
@@ -49,13 +57,24 @@ class ThreadWatcher(ChangeWatcher):
         name: the thread's name.
         interval: how long one probe wait lasts (bounds how late :meth:`close` returns).
         fallback_poll: while the connection is down, :meth:`wait` returns this often.
+        safety_poll: while it is up, :meth:`wait` returns at least this often (``None``:
+            only on a sign; for probes that see every commit).
     """
 
-    def __init__(self, probe: Probe, *, name: str, interval: float = 0.2, fallback_poll: float = 0.25) -> None:
+    def __init__(
+        self,
+        probe: Probe,
+        *,
+        name: str,
+        interval: float = 0.2,
+        fallback_poll: float = 0.25,
+        safety_poll: float | None = None,
+    ) -> None:
         self._probe = probe
         self._name = name
         self._interval = interval
         self._fallback = fallback_poll
+        self._safety = safety_poll
         self._cond = threading.Condition()
         self._gen = 0
         self._healthy = False
@@ -116,6 +135,7 @@ class ThreadWatcher(ChangeWatcher):
 
     def wait(self, seen: int, timeout: float | None) -> int:
         self._ensure_started()
+        timeout = _capped(timeout, self._safety)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while self._gen == seen:
@@ -163,10 +183,18 @@ class TaskWatcher(AsyncChangeWatcher):
     started by the first reader, with the same generation protocol and polling fallback.
     """
 
-    def __init__(self, probe: AsyncProbe, *, interval: float = 0.2, fallback_poll: float = 0.25) -> None:
+    def __init__(
+        self,
+        probe: AsyncProbe,
+        *,
+        interval: float = 0.2,
+        fallback_poll: float = 0.25,
+        safety_poll: float | None = None,
+    ) -> None:
         self._probe = probe
         self._interval = interval
         self._fallback = fallback_poll
+        self._safety = safety_poll
         self._gen = 0
         self._healthy = False
         self._closed = False
@@ -225,8 +253,7 @@ class TaskWatcher(AsyncChangeWatcher):
         await self._ensure_started()
         if self._gen != seen or self._changed is None:
             return self._gen
-        if not self._healthy or self._closed:
-            timeout = self._fallback if timeout is None else min(timeout, self._fallback)
+        timeout = _capped(timeout, self._fallback if not self._healthy or self._closed else self._safety)
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._changed.wait(), timeout)
         return self._gen
@@ -243,3 +270,158 @@ class TaskWatcher(AsyncChangeWatcher):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+
+
+def _capped(timeout: float | None, cap: float | None) -> float | None:
+    """``timeout`` (``None``: no limit) at most ``cap`` (``None``: no cap)."""
+    if cap is None:
+        return timeout
+    return cap if timeout is None else min(timeout, cap)
+
+
+class Signal(ABC):
+    """A backend's way of telling other processes that something was committed: a sign
+    is started without waiting for the server, then waited for by the notifier's thread."""
+
+    @abstractmethod
+    def connect(self) -> Any:
+        """Open the dedicated connection the signs are sent on."""
+
+    @abstractmethod
+    def start(self, handle: Any) -> None:
+        """Send one sign on ``handle`` without waiting for its result (raises when the
+        connection is lost). Never called while another sign is in flight."""
+
+    @abstractmethod
+    def finish(self, handle: Any, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the sign in flight to be done; ``True`` when
+        it is. Raises when the connection is lost or the sign failed."""
+
+    @abstractmethod
+    def close(self, handle: Any) -> None:
+        """Close the dedicated connection (never raises)."""
+
+
+# Notifiers still open: a process that exits without closing its store sends its last sign.
+_OPEN: weakref.WeakSet[Notifier] = weakref.WeakSet()
+
+
+@atexit.register
+def _flush_open_notifiers() -> None:
+    for notifier in list(_OPEN):
+        notifier.close()
+
+
+class Notifier:
+    """Sends a sign after commits on a connection of its own, coalescing them.
+
+    A writer calls :meth:`mark` once its transaction has committed. When no sign is in
+    flight, the writer's thread sends one at once without waiting for the server (no hand-
+    over to another thread on the way: under load a woken thread waits for the interpreter
+    lock); otherwise the commit is noted and one more sign follows when the one in flight
+    is done. A thread of the notifier's own (started on demand, gone after ``linger``
+    seconds without a mark) waits for each sign's result, connects and reconnects: at most
+    one sign per commit, far fewer under load, and none inside a writer's transaction (on
+    PostgreSQL a transaction that notifies holds a database-wide lock through its commit,
+    which would serialise every writer). A sign that cannot be sent is retried with a
+    back-off on a new connection; readers meanwhile find the commits by their own polling.
+
+    Args:
+        signal: the backend's signal.
+        name: the thread's name.
+        linger: how long the idle thread waits for the next mark before it ends.
+        flush_timeout: how long :meth:`close` waits for the signs still due.
+    """
+
+    def __init__(self, signal: Signal, *, name: str, linger: float = 0.5, flush_timeout: float = 5.0) -> None:
+        self._signal = signal
+        self._name = name
+        self._linger = linger
+        self._flush_timeout = flush_timeout
+        self._cond = threading.Condition()
+        self._dirty = False  # a commit no sign in flight or sent covers
+        self._inflight = False
+        self._running = False
+        self._closed = False
+        self._handle: Any = None
+        _OPEN.add(self)
+
+    def mark(self) -> None:
+        """Something was committed: send a sign now or soon (never waits for the server)."""
+        with self._cond:
+            if self._closed:
+                return
+            if self._inflight or self._handle is None or not self._start():
+                self._dirty = True
+            if self._running:
+                self._cond.notify()
+                return
+            self._running = True
+        threading.Thread(target=self._run, name=self._name, daemon=True).start()
+
+    def _start(self) -> bool:
+        """Start a sign (holding the lock); ``False`` when the connection failed."""
+        try:
+            self._signal.start(self._handle)
+        except Exception:  # noqa: BLE001 - the thread reconnects
+            self._drop()
+            return False
+        self._dirty, self._inflight = False, True
+        return True
+
+    def _run(self) -> None:
+        backoff = 0.05
+        while True:
+            with self._cond:
+                if not (self._dirty or self._inflight or self._closed):
+                    self._cond.wait(self._linger)
+                if not (self._dirty or self._inflight):
+                    self._stopped()
+                    return
+                handle = self._handle
+            try:
+                if handle is None:
+                    handle = self._signal.connect()
+                    with self._cond:
+                        self._handle = handle
+                with self._cond:
+                    if self._dirty and not self._inflight and not self._start():
+                        raise ConnectionError("the sign could not be sent")
+                    inflight = self._inflight
+                while inflight and not self._signal.finish(handle, 1.0):
+                    pass
+                with self._cond:
+                    self._inflight = False
+                backoff = 0.05
+            except Exception:  # noqa: BLE001 - any failure: reconnect and send again
+                with self._cond:
+                    self._drop()
+                    self._dirty, self._inflight = True, False
+                    if self._closed:
+                        self._stopped()
+                        return
+                    self._cond.wait(backoff)
+                backoff = min(backoff * 2, 2.0)
+
+    def _stopped(self) -> None:
+        """The thread ends (called holding the lock)."""
+        self._running = False
+        if self._closed:
+            self._drop()
+        self._cond.notify_all()
+
+    def _drop(self) -> None:
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            self._signal.close(handle)
+
+    def close(self) -> None:
+        """Send the signs still due (waiting at most ``flush_timeout`` seconds), then
+        close the connection; later marks are ignored."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+            self._cond.wait_for(lambda: not self._running, self._flush_timeout)
+            if not self._running:
+                self._drop()
+        _OPEN.discard(self)

@@ -1,0 +1,141 @@
+"""Wake-ups sent after the commit: the notifier coalesces, flushes on close, retries, and
+every write path of a store wakes the followers of other processes.
+
+On PostgreSQL no writing transaction notifies (that would serialise the commits of every
+writer); the store sends one ``pg_notify`` of its own once its writes have committed. A
+plain ``LISTEN`` connection stands for the other process here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import psycopg
+
+from conftest import make_store
+from eventstore import AsyncEventStore
+from eventstore.storage.postgres import feed_channel
+from eventstore.storage.watch import Notifier, Signal
+
+SAFETY = 30.0
+
+
+class _Gated(Signal):
+    """A signal whose signs complete only once released, recording every one."""
+
+    def __init__(self, failures: int = 0) -> None:
+        self.started = 0
+        self.connects = 0
+        self.failures = failures
+        self.waiting = threading.Semaphore(0)
+        self.release = threading.Event()
+        self.release.set()
+
+    def connect(self) -> Any:
+        self.connects += 1
+        return object()
+
+    def start(self, handle: Any) -> None:
+        self.started += 1
+
+    def finish(self, handle: Any, timeout: float) -> bool:
+        self.waiting.release()
+        assert self.release.wait(SAFETY)
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionError("lost")
+        return True
+
+    def close(self, handle: Any) -> None:
+        pass
+
+
+def test_marks_made_while_a_sign_is_in_flight_are_coalesced_into_one() -> None:
+    signal = _Gated()
+    signal.release.clear()
+    notifier = Notifier(signal, name="test-notify")
+    notifier.mark()
+    assert signal.waiting.acquire(timeout=SAFETY)  # the first sign is in flight
+    for _ in range(100):
+        notifier.mark()
+    signal.release.set()
+    notifier.close()  # sends what is still due
+    assert signal.started == 2
+    notifier.mark()  # ignored once closed
+    assert signal.started == 2
+
+
+def test_a_failed_sign_is_sent_again_on_a_new_connection() -> None:
+    signal = _Gated(failures=1)
+    notifier = Notifier(signal, name="test-notify")
+    notifier.mark()
+    assert signal.waiting.acquire(timeout=SAFETY)  # the failing sign
+    assert signal.waiting.acquire(timeout=SAFETY)  # the one sent again
+    notifier.close()
+    assert (signal.started, signal.connects) == (2, 2)
+
+
+def _listen(url: str) -> psycopg.Connection[Any]:
+    conn = psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://", 1), autocommit=True)
+    channel = conn.execute(feed_channel()).fetchone()
+    assert channel is not None and channel[0] is not None
+    conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel[0])))
+    return conn
+
+
+def _woken(conn: psycopg.Connection[Any]) -> int:
+    """Wait for one notification, then count it and every other one already queued."""
+    n = sum(1 for _ in conn.notifies(timeout=SAFETY, stop_after=1))
+    return n + sum(1 for _ in conn.notifies(timeout=0.2))
+
+
+def _send(i: int) -> dict[str, Any]:
+    return {"type": "send", "id": f"u-{i}", "text": "hi"}
+
+
+def test_every_write_path_wakes_other_processes_after_its_commit(pg_schema: str) -> None:
+    make_store(pg_schema).close()
+    listener = _listen(pg_schema)
+    try:
+        with make_store(pg_schema) as store:
+            store.append("s1", [_send(1)])  # one event: the one-statement path
+            assert _woken(listener) == 1
+            store.append("s1", [_send(2), _send(3)])  # several: the batch statement
+            assert _woken(listener) == 1
+            store.append("s1", [_send(4)], metadata={"k": "v"})
+            assert _woken(listener) >= 1
+            store.branch("s1", at=2, new_id="b1")  # a write transaction
+            assert _woken(listener) >= 1
+            with store.turn("s2", _send(5)) as turn:  # group commits of a streaming turn
+                assert _woken(listener) >= 1
+                turn.write({"type": "message-start", "messageId": "a-1"})
+                turn.write({"type": "finish"})
+                assert _woken(listener) >= 1
+    finally:
+        listener.close()
+
+
+def test_the_async_store_wakes_other_processes_after_its_commits(pg_schema: str) -> None:
+    make_store(pg_schema).close()
+    listener = _listen(pg_schema)
+
+    async def main() -> None:
+        async with AsyncEventStore(pg_schema) as astore:
+            await asyncio.gather(*(astore.append(f"s{i}", [_send(i)]) for i in range(8)))
+
+    try:
+        asyncio.run(main())  # closing the store sends what is still marked
+        assert _woken(listener) >= 1
+    finally:
+        listener.close()
+
+
+def test_a_follower_in_another_store_is_woken_by_a_commit(db_url: str) -> None:
+    with make_store(db_url) as writer, make_store(db_url) as reader:
+        writer.append("s1", [_send(0)])
+        follower = reader.follow("s1", after=1, idle_timeout=SAFETY)
+        writer.append("s1", [_send(1)])
+        assert next(follower).version == 2
+        follower.close()
