@@ -148,10 +148,11 @@ class Bands:
     #: how many events the next page reads at most
     limit: int = FEED_CHUNK
 
-    def upto(self, after: FeedKey | None, below: int) -> int:
-        """The top of the next band after ``after``, below the barrier ``below``."""
+    def upto(self, after: FeedKey | None, below: int | None = None) -> int:
+        """The top of the next band after ``after``, below the barrier ``below`` (``None``:
+        the read applies the barrier itself)."""
         start = -1 if after is None else after.xact
-        return min(start + self.width, below - 1)
+        return start + self.width if below is None else min(start + self.width, below - 1)
 
     def read(
         self, after: FeedKey | None, rows: list[Any], upto: int, below: int
