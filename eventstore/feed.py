@@ -134,7 +134,7 @@ class Bands:
 
     The aim is a band of about one page of events: the band grows (doubles) while bands
     come back less than half full — also through long stretches of transaction ids that
-    wrote no event — and shrinks to the span the page limit actually covered when a band
+    wrote no event — and shrinks to the span of ids the page's rows covered when a band
     was cut by it. A page that one transaction filled alone is followed by a larger one
     (``limit`` doubles, up to :data:`BAND_PAGE_MAX`), since every page of that transaction
     reads and sorts all of its rows.
@@ -170,7 +170,9 @@ class Bands:
             last = rows[-1]
             limit = min(2 * self.limit, BAND_PAGE_MAX) if last.xact == start else FEED_CHUNK
             cut = FeedKey(last.xact, last.session_pk, last.version)
-            return cut, True, Bands(max(1, last.xact - start), limit)
+            # The span its rows covered, not the band's: a band that began in a stretch of
+            # ids without events (the first one) would stay as wide.
+            return cut, True, Bands(max(1, last.xact - rows[0].xact), limit)
         width = min(self.width * 2, BAND_MAX) if 2 * len(rows) < self.limit else self.width
         done = FeedKey(upto, _KEY_END, _KEY_END)  # the whole band is handed out
         if after is not None and after >= done:
