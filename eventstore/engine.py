@@ -652,7 +652,8 @@ class Engine:
                         next_key = FeedKey(last.xact, last.session_pk, last.version)
                     next_bands = None
                 else:
-                    below, rows = st.read_band(tx, after=after_key, limit=bands.limit, upto=bands.upto(key))
+                    top = bands.upto(key)
+                    below, rows = st.read_band(tx, after=after_key, limit=bands.limit, upto=top)
                     upto = bands.upto(key, below)
                     next_key, full, next_bands = bands.read(key, rows, upto, below)
                 # At the end: are committed events waiting behind an older open transaction?

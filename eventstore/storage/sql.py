@@ -70,7 +70,15 @@ from .schema import (
 )
 from .urls import mask_url
 
-__all__ = ["ErrorKind", "SqlStorage", "Compiled", "mask_url", "insert_events_stmt", "read_feed_stmt", "read_band_stmt"]
+__all__ = [
+    "ErrorKind",
+    "SqlStorage",
+    "Compiled",
+    "mask_url",
+    "insert_events_stmt",
+    "read_feed_stmt",
+    "read_band_stmt",
+]
 
 # SQLite's default limit is 32766 bound parameters; stay far below it.
 _CHUNK = 500
@@ -178,7 +186,11 @@ def read_band_stmt(barrier: Any) -> Any:
     every page would hash and sort them again (the storage keeps them, see
     :meth:`SqlStorage.read_band`).
     """
-    b = select(barrier.label("below")).cte("b")
+    # Materialized, and the band's top computed there: inlined, the barrier's expression
+    # would be evaluated again for every row the bitmap scan rechecks.
+    x = select(barrier.label("below")).subquery("x")
+    top = func.least(_P("upto"), x.c.below - 1)
+    b = select(x.c.below, top.label("top")).cte("b").prefix_with("MATERIALIZED")
     e = events.c
     return (
         select(*_EVENT_COLS, e.xact, b.c.below)
@@ -188,7 +200,7 @@ def read_band_stmt(barrier: Any) -> Any:
                 and_(
                     _FEED_KEY > tuple_(_P("x"), _P("s"), _P("v")),
                     e.xact >= _P("x"),
-                    e.xact <= func.least(_P("upto"), b.c.below - 1),
+                    e.xact <= b.c.top,
                 ),
             )
         )
@@ -376,7 +388,9 @@ class SqlStorage(Storage):
         self._q_move_head = Compiled(S_MOVE_HEAD, d)
         self._q_insert_events = Compiled(insert_events_stmt(self._new_xact()), d)
         self._q_feed = Compiled(read_feed_stmt(), d)
-        self._q_band = Compiled(read_band_stmt(self._feed_barrier()), d) if self.feed_banded else None
+        self._q_band = (
+            Compiled(read_band_stmt(self._feed_barrier()), d) if self.feed_banded else None
+        )
         self._q_session_ids = Compiled(S_SESSION_IDS, d)
         # Session key -> id, for the banded feed: a key never changes and is never given
         # to another id, and only committed rows are learnt.
@@ -872,7 +886,8 @@ class SqlStorage(Storage):
         try:
             return below, [make((*r[:-1], names[r[0]])) for r in rows]
         except KeyError:  # sessions this storage has not seen yet: in this transaction
-            found = dict(self._fetchall(tx, self._q_session_ids, {"pks": list({r[0] for r in rows})}))
+            pks = list({r[0] for r in rows})
+            found = dict(self._fetchall(tx, self._q_session_ids, {"pks": pks}))
             if len(names) + len(found) > _FEED_NAMES_KEPT:
                 names.clear()
             names.update(found)
