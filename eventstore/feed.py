@@ -28,11 +28,10 @@ is final: once a band came back whole (not cut by the page limit), nothing can e
 added to it, and the next band starts above it. A page cut by its limit is resumed from
 its last event, as ever. Nothing is skipped by size or by time; only the cost moves.
 
-The reader's key moves only after a page's read transaction has ended (the page — one statement
-that reads the barrier and the band below it, in one snapshot —, the end-of-page check, the
-commit): a connection lost anywhere in it (a server restart) makes
-the retried read start from the same key, so a page is never counted as read without being
-handed out.
+The reader's key moves only after a page's read transaction has ended (the page — one
+statement that reads the barrier and the band below it, in one snapshot —, the end-of-page
+check, the commit): a connection lost anywhere in it (a server restart) makes the retried
+read start from the same key, so a page is never counted as read without being handed out.
 On SQLite ``xact`` is the table's rowid: a page is a range scan of the table itself.
 
 A position is the key of an event, written as fixed-width hex (``xact.session.version``), so
