@@ -652,10 +652,9 @@ class Engine:
                         next_key = FeedKey(last.xact, last.session_pk, last.version)
                     next_bands = None
                 else:
-                    below = st.feed_below(tx)
-                    assert below is not None
+                    top = bands.upto(key)
+                    below, rows = st.read_band(tx, after=after_key, limit=bands.limit, upto=top)
                     upto = bands.upto(key, below)
-                    rows = st.read_feed(tx, after=after_key, limit=bands.limit, upto=upto)
                     next_key, full, next_bands = bands.read(key, rows, upto, below)
                 # At the end: are committed events waiting behind an older open transaction?
                 pending = not full and st.feed_barrier(tx).pending

@@ -38,6 +38,7 @@ from sqlalchemy import Engine, create_engine, text
 from conftest import make_store
 from eventstore import AsyncEventStore, EventStore, Follower, InvalidEvent, RecordedEvent, SessionNotFound, VersionNotFound
 from eventstore.errors import StorageError
+from eventstore.feed import BAND_PAGE
 from test_replicas import _replicated, _sql, _wait_until_paused, replica_url  # noqa: F401 - a fixture
 from test_restart import PrivateCluster
 
@@ -299,15 +300,17 @@ def test_feed_crosses_a_transaction_larger_than_a_page_and_stretches_without_eve
 ) -> None:
     store.append("a", [_send(0)])
     _burn_transaction_ids(db_url, 5000)  # wider than the first band, several times over
-    store.append("big", [_send(i) for i in range(2500)])  # one transaction, 2.5 pages
+    big = BAND_PAGE * 5 // 2  # one transaction, 2.5 pages
+    store.append("big", [_send(i) for i in range(big)])
     _burn_transaction_ids(db_url, 300)
     store.append("a", [_send(1)])
     got = list(store.feed(idle_timeout=0))
     stored = _stored(raw_engine)
     _check_feed(got, stored)
     # Resumed from inside the big transaction: exactly the rest.
-    rest = list(store.feed(after=got[1200].position, idle_timeout=0))
-    assert [(e.session_id, e.version) for e in rest] == [(e.session_id, e.version) for e in got[1201:]]
+    middle = BAND_PAGE + 200
+    rest = list(store.feed(after=got[middle].position, idle_timeout=0))
+    assert [(e.session_id, e.version) for e in rest] == [(e.session_id, e.version) for e in got[middle + 1:]]
 
 
 def test_bands_hand_out_every_row_once_in_order() -> None:
@@ -319,7 +322,7 @@ def test_bands_hand_out_every_row_once_in_order() -> None:
     from eventstore.storage.base import FeedRow
 
     rnd = random.Random(7)
-    xacts = [rnd.randrange(10**6) for _ in range(3000)] + [500_000] * 2500 + list(range(10, 40))
+    xacts = [rnd.randrange(10**6) for _ in range(3000)] + [500_000] * (BAND_PAGE * 5 // 2) + list(range(10, 40))
     table = sorted(
         FeedRow(rnd.randrange(1, 50), i, None, "stop", 0, b"{}", 0, None, None, b"", x, "s")
         for i, x in enumerate(xacts)

@@ -832,26 +832,27 @@ class Storage(ABC):
         """How far the feed may read now (see :class:`FeedBarrier`)."""
 
     @abstractmethod
-    def feed_below(self, tx: Tx) -> int | None:
-        """:attr:`FeedBarrier.below` alone (without looking for pending rows): read it
-        before the page, in the same transaction."""
-
-    @abstractmethod
     def read_feed(
-        self, tx: Tx, *, after: tuple[int, int, int] | None, limit: int, upto: int | None = None
+        self, tx: Tx, *, after: tuple[int, int, int] | None, limit: int
     ) -> list[FeedRow]:
-        """Final events in feed order after the key ``(xact, session_pk, version)``.
-
-        "Final": no event can ever be added before them (PostgreSQL: ``xact`` below the
-        oldest running transaction, which the caller passes as ``upto`` < that bound;
-        SQLite: every committed event).
+        """Events in feed order after the key ``(xact, session_pk, version)`` of a storage
+        whose every committed event is final (not :attr:`feed_banded`: SQLite).
 
         Args:
             after: the key of the last event read (``None``: from the start).
             limit: at most this many rows.
-            upto: with :attr:`feed_banded`, only rows with ``xact <= upto`` (required
-                there; ignored otherwise).
         """
+
+    def read_band(
+        self, tx: Tx, *, after: tuple[int, int, int] | None, limit: int, upto: int
+    ) -> tuple[int, list[FeedRow]]:
+        """One band of a :attr:`feed_banded` storage: the barrier ``below`` (as
+        :attr:`FeedBarrier.below`) and, in feed order after the key ``after``, at most
+        ``limit`` events with ``xact <= min(upto, below - 1)`` — final events: no event
+        can ever be added before them. Barrier and rows are read by one statement, in
+        one snapshot.
+        """
+        raise NotImplementedError
 
     @abstractmethod
     def watcher(self) -> ChangeWatcher:

@@ -788,7 +788,6 @@ class PostgresStorage(SqlStorage):
         event.listen(engine, "checkout", self._on_checkout)
         super().__init__(engine, url)
         self._q_feed_barrier = Compiled(_feed_barrier(), engine.dialect)
-        self._q_feed_below = Compiled(select(_snapshot_xmin()), engine.dialect)
 
     def _on_checkout(self, dbapi_conn: Any, record: Any, _proxy: Any) -> None:
         """Liveness check at checkout, without a round trip on the append hot path.
@@ -1059,9 +1058,8 @@ class PostgresStorage(SqlStorage):
         r = self._fetchone(tx, self._q_feed_barrier, {})
         return FeedBarrier(int(r[0]), bool(r[1]))
 
-    def feed_below(self, tx: Tx) -> int | None:
-        # Read before the page, so every row below it is committed in the page's snapshot.
-        return int(self._fetchone(tx, self._q_feed_below, {})[0])
+    def _feed_barrier(self) -> Any:
+        return _snapshot_xmin()
 
     #: A notification is sent after the commit, not by it: a writer that commits without
     #: one (raw SQL, a process killed in between) is found by this slow re-read.

@@ -18,6 +18,7 @@ from sqlalchemy import (
     Engine,
     LargeBinary,
     and_,
+    any_,
     bindparam,
     delete,
     func,
@@ -69,7 +70,15 @@ from .schema import (
 )
 from .urls import mask_url
 
-__all__ = ["ErrorKind", "SqlStorage", "Compiled", "mask_url", "insert_events_stmt", "read_feed_stmt"]
+__all__ = [
+    "ErrorKind",
+    "SqlStorage",
+    "Compiled",
+    "mask_url",
+    "insert_events_stmt",
+    "read_feed_stmt",
+    "read_band_stmt",
+]
 
 # SQLite's default limit is 32766 bound parameters; stay far below it.
 _CHUNK = 500
@@ -153,39 +162,58 @@ _FEED_KEY = tuple_(events.c.xact, events.c.session_pk, events.c.version)
 _FEED_COLS = (*_EVENT_COLS, events.c.xact, sessions.c.id)
 
 
-def read_feed_stmt(banded: bool) -> Any:
-    """The feed's page after a key.
-
-    ``banded`` (PostgreSQL): only rows with ``:x <= xact <= :upto`` are read — a band the
-    BRIN index on ``xact`` finds as a few page ranges, sorted in memory. The page is cut
-    from events alone and joined to the session ids afterwards: a join around the scan
-    lets the planner choose a hash join and sort every later row.
-
-    Otherwise (SQLite) ``xact`` is unique and the table's own key: the page is a range
-    scan of the table after ``:x``, each row's session id looked up by its key as it goes
-    (already in order: no sort).
-    """
-    if not banded:
-        return (
-            select(*_FEED_COLS)
-            .join_from(events, sessions, sessions.c.pk == events.c.session_pk)
-            .where(events.c.xact > _P("x"))
-            .order_by(events.c.xact)
-            .limit(_P("lim"))
-        )
-    order = (events.c.xact, events.c.session_pk, events.c.version)
-    e = (
-        select(*_EVENT_COLS, events.c.xact)
-        .where(_FEED_KEY > tuple_(_P("x"), _P("s"), _P("v")), events.c.xact >= _P("x"), events.c.xact <= _P("upto"))
-        .order_by(*order)
-        .limit(_P("lim"))
-        .subquery("e")
-    )
+def read_feed_stmt() -> Any:
+    """The feed's page after a key, where ``xact`` is unique and the table's own key
+    (SQLite): a range scan of the table after ``:x``, each row's session id looked up by
+    its key as it goes (already in order: no sort)."""
     return (
-        select(*(e.c[c.name] for c in _EVENT_COLS), e.c.xact, sessions.c.id)
-        .join_from(e, sessions, sessions.c.pk == e.c.session_pk)
-        .order_by(*(e.c[c.name] for c in order))
+        select(*_FEED_COLS)
+        .join_from(events, sessions, sessions.c.pk == events.c.session_pk)
+        .where(events.c.xact > _P("x"))
+        .order_by(events.c.xact)
+        .limit(_P("lim"))
     )
+
+
+def read_band_stmt(barrier: Any) -> Any:
+    """A banded feed's page (PostgreSQL): the rows with ``:x <= xact <= :upto`` after the
+    key, cut at ``:lim``, and below ``barrier`` (a SQL expression) — which the statement
+    reads itself, in its own snapshot, and returns as the last column of every row.
+
+    The BRIN index on ``xact`` finds the band as a few page ranges; the rows are sorted in
+    memory. The barrier is the one row the events are left-joined to, so an empty band
+    still returns it (one row of NULL events, sorted last). Session ids are not joined:
+    every page would hash and sort them again (the storage keeps them, see
+    :meth:`SqlStorage.read_band`).
+    """
+    # Materialized, and the band's top computed there: inlined, the barrier's expression
+    # would be evaluated again for every row the bitmap scan rechecks.
+    x = select(barrier.label("below")).subquery("x")
+    top = func.least(_P("upto"), x.c.below - 1)
+    b = select(x.c.below, top.label("top")).cte("b").prefix_with("MATERIALIZED")
+    e = events.c
+    return (
+        select(*_EVENT_COLS, e.xact, b.c.below)
+        .select_from(
+            b.outerjoin(
+                events,
+                and_(
+                    _FEED_KEY > tuple_(_P("x"), _P("s"), _P("v")),
+                    e.xact >= _P("x"),
+                    e.xact <= b.c.top,
+                ),
+            )
+        )
+        .order_by(e.xact, e.session_pk, e.version)
+        .limit(_P("lim"))
+    )
+
+
+#: The ids of some sessions, by key.
+S_SESSION_IDS = select(sessions.c.pk, sessions.c.id).where(sessions.c.pk == any_(_P("pks")))
+#: Session ids a banded feed remembers by key (about 100 bytes each); forgotten all at once
+#: beyond that, to be read again.
+_FEED_NAMES_KEPT = 100_000
 
 
 # A streaming turn's group-commit step for one session: the same checked head move, also
@@ -362,7 +390,14 @@ class SqlStorage(Storage):
         self._q_set_head = Compiled(S_SET_HEAD, d)
         self._q_move_head = Compiled(S_MOVE_HEAD, d)
         self._q_insert_events = Compiled(insert_events_stmt(self._new_xact()), d)
-        self._q_feed = Compiled(read_feed_stmt(self.feed_banded), d)
+        self._q_feed = Compiled(read_feed_stmt(), d)
+        self._q_band = (
+            Compiled(read_band_stmt(self._feed_barrier()), d) if self.feed_banded else None
+        )
+        self._q_session_ids = Compiled(S_SESSION_IDS, d)
+        # Session key -> id, for the banded feed: a key never changes and is never given
+        # to another id, and only committed rows are learnt.
+        self._feed_names: dict[int, str] = {}
         self._watcher: ChangeWatcher | None = None
         self._async_watcher: AsyncChangeWatcher | None = None
         self._watcher_lock = threading.Lock()
@@ -422,6 +457,10 @@ class SqlStorage(Storage):
     def _new_xact(self) -> Any:
         """The feed number of an inserted event, as a SQL expression over its bound
         ``session_pk`` and ``version`` (see ``eventstore/feed.py``)."""
+        raise NotImplementedError
+
+    def _feed_barrier(self) -> Any:
+        """A banded feed's barrier, as a SQL expression (see :meth:`read_band`)."""
         raise NotImplementedError
 
     def _probe(self) -> Probe:
@@ -854,15 +893,33 @@ class SqlStorage(Storage):
     def feed_barrier(self, tx: Tx) -> FeedBarrier:
         return FeedBarrier(None)
 
-    def feed_below(self, tx: Tx) -> int | None:
-        return None
-
     def read_feed(
-        self, tx: Tx, *, after: tuple[int, int, int] | None, limit: int, upto: int | None = None
+        self, tx: Tx, *, after: tuple[int, int, int] | None, limit: int
     ) -> list[FeedRow]:
         x, s, v = (-1, 0, 0) if after is None else after
-        params = {"x": x, "s": s, "v": v, "lim": limit, "upto": upto}
+        params = {"x": x, "s": s, "v": v, "lim": limit}
         return [FeedRow._make(r) for r in self._fetchall(tx, self._q_feed, params)]
+
+    def read_band(
+        self, tx: Tx, *, after: tuple[int, int, int] | None, limit: int, upto: int
+    ) -> tuple[int, list[FeedRow]]:
+        assert self._q_band is not None, "only a banded storage reads bands"
+        x, s, v = (-1, 0, 0) if after is None else after
+        params = {"x": x, "s": s, "v": v, "lim": limit, "upto": upto}
+        rows = self._fetchall(tx, self._q_band, params)
+        below = int(rows[0][-1])  # the barrier's row is there even when the band is empty
+        if rows[0][0] is None:
+            return below, []
+        make, names = FeedRow._make, self._feed_names
+        try:
+            return below, [make((*r[:-1], names[r[0]])) for r in rows]
+        except KeyError:  # sessions this storage has not seen yet: in this transaction
+            pks = list({r[0] for r in rows})
+            found = dict(self._fetchall(tx, self._q_session_ids, {"pks": pks}))
+            if len(names) + len(found) > _FEED_NAMES_KEPT:
+                names.clear()
+            names.update(found)
+            return below, [make((*r[:-1], found[r[0]])) for r in rows]
 
     def watcher(self) -> ChangeWatcher:
         with self._watcher_lock:
