@@ -185,7 +185,7 @@ def test_a_grouped_append_leaves_a_live_turns_lease_alone(
                     store.append("s0", [phase]),
                     *(store.append(f"s{i}", [_send(f"s{i}-2")]) for i in range(2, N)),
                 )
-                assert results[1].version == 3  # the seed, the turn's send, the tool phase
+                assert results[1].version == 3  # the first send, the turn's send, the tool phase
                 info = {s.id: s for s in await store.sessions()}
                 assert info["s0"].writer_seen is not None  # the lease is the turn's still
                 assert await turn.flush() == 4 and not turn.stopped
