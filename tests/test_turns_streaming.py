@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -315,20 +315,26 @@ def test_foreign_events_that_do_not_end_the_run_are_built_on(store: EventStore) 
     assert_states_are_the_fold(store, "s1")
 
 
-def test_a_retried_flush_lands_exactly_once(db_url: str) -> None:
-    engine = Engine(db_url)
-    engine.migrate()
+def _lose_acks(engine: Engine, failures: dict[str, int], when: Callable[[Any], bool]) -> None:
+    """Make the group commit lose its acknowledgement ``failures["left"]`` times: the
+    batches commit, then a retryable error says the connection was lost at commit."""
     real = engine.storage.append_batches
-    failures = {"left": 2}
 
     def lose_the_ack(batches: Any) -> list[bool]:
         out = real(batches)  # committed...
-        if failures["left"] and any(b.rows for b in batches):
+        if failures["left"] and when(batches):
             failures["left"] -= 1
             raise StorageError("connection lost at commit", retryable=True)  # ...but unacknowledged
         return out
 
     engine.storage.append_batches = lose_the_ack  # type: ignore[method-assign]
+
+
+def test_a_retried_flush_lands_exactly_once(db_url: str) -> None:
+    engine = Engine(db_url)
+    engine.migrate()
+    failures = {"left": 2}
+    _lose_acks(engine, failures, lambda batches: any(b.rows for b in batches))
     writer = TurnWriter(engine)
     try:
         with StreamingTurn(writer, "s1", SEND, actor=None, max_delay=0.01) as turn:
@@ -354,17 +360,8 @@ def test_a_retried_flush_lands_exactly_once(db_url: str) -> None:
 def test_a_retried_opening_lands_exactly_once(db_url: str) -> None:
     engine = Engine(db_url)
     engine.migrate()
-    real = engine.storage.append_batches
     failures = {"left": 0}
-
-    def lose_the_ack(batches: Any) -> list[bool]:
-        out = real(batches)  # committed...
-        if failures["left"] and any(b.claim for b in batches):
-            failures["left"] -= 1
-            raise StorageError("connection lost at commit", retryable=True)  # ...but unacknowledged
-        return out
-
-    engine.storage.append_batches = lose_the_ack  # type: ignore[method-assign]
+    _lose_acks(engine, failures, lambda batches: any(b.claim for b in batches))
     writer = TurnWriter(engine)
     try:
         for n in (1, 2):
