@@ -73,10 +73,6 @@ __all__ = [
 # A session row, or maybe none (what _learn_key passes through).
 _Row = TypeVar("_Row", SessionRow, SessionRow | None)
 
-# Session keys a storage remembers for its loads (about 100 bytes each); forgotten all at
-# once beyond that, to be learnt again by the next loads.
-_SESSION_KEYS_KEPT = 100_000
-
 # pg_advisory_xact_lock key for migrations: crc32(b"eventstore-migrate").
 _MIGRATION_LOCK = 0x4E5F_7A31
 
@@ -780,10 +776,6 @@ class PostgresStorage(SqlStorage):
         self._suspect_before = 0.0
         # Set (per thread) while the append fast path checks out its connection.
         self._hot = threading.local()
-        # Session id -> key, learnt from every session row read (see _learn_key): a
-        # session's key never changes and is never given to another id, so a load can
-        # name it (see _LOAD_BY_KEY).
-        self._session_keys: dict[str, int] = {}
         event.listen(engine, "checkin", _on_checkin)
         event.listen(engine, "checkout", self._on_checkout)
         super().__init__(engine, url)
@@ -1113,13 +1105,15 @@ class PostgresStorage(SqlStorage):
     def load_parts(
         self, session_id: str, version: int | None, reducer_version: int
     ) -> LoadParts | None:
-        key = self._session_keys.get(session_id)
+        # Learnt from every session row read (see _learn_key), so a load can name the
+        # session's key (see _LOAD_BY_KEY).
+        key = self.session_keys.key(session_id)
         params = {"id": session_id, "version": version, "rv": reducer_version, "pk": key}
         with self._errors():
             r = self._load_retried(params)
             if r is None and key is not None:
                 # A key that no longer names this id (the session was erased): by id alone.
-                self._session_keys.pop(session_id, None)
+                self.session_keys.forget(session_id)
                 r = self._load_retried({**params, "pk": None})
         if r is None:
             return LoadParts(None)
@@ -1150,10 +1144,8 @@ class PostgresStorage(SqlStorage):
     def _learn_key(self, row: _Row) -> _Row:
         """Remember a session row's key for later loads of that session (a key that turns
         out wrong, e.g. of a rolled-back insert, only costs a load one more round trip)."""
-        if row is not None and self._session_keys.get(row.id) != row.pk:
-            if len(self._session_keys) >= _SESSION_KEYS_KEPT:
-                self._session_keys.clear()
-            self._session_keys[row.id] = row.pk
+        if row is not None:
+            self.session_keys.learn(row.id, row.pk)
         return row
 
     def _load_retried(self, params: Mapping[str, Any]) -> Any:

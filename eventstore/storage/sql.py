@@ -211,9 +211,45 @@ def read_band_stmt(barrier: Any) -> Any:
 
 #: The ids of some sessions, by key.
 S_SESSION_IDS = select(sessions.c.pk, sessions.c.id).where(sessions.c.pk == any_(_P("pks")))
-#: Session ids a banded feed remembers by key (about 100 bytes each); forgotten all at once
-#: beyond that, to be read again.
-_FEED_NAMES_KEPT = 100_000
+
+
+class SessionKeys:
+    """Session id <-> key, for the sessions a storage has seen.
+
+    A key never changes and is never given to another id (PostgreSQL's sequence does not
+    hand a number out twice, even after a rollback), so what is learnt stays true by key;
+    an id can name a new key once its session was erased, so a caller that finds a key
+    stale forgets it. Bounded: beyond ``KEPT`` sessions (about 100 bytes each) everything
+    is forgotten at once, to be learnt again. Plain dict operations: safe across threads.
+    """
+
+    KEPT = 100_000
+
+    def __init__(self) -> None:
+        self._keys: dict[str, int] = {}
+        self._ids: dict[int, str] = {}
+
+    def key(self, session_id: str) -> int | None:
+        """The key last learnt for this id, if any."""
+        return self._keys.get(session_id)
+
+    def session_id(self, pk: int) -> str:
+        """The id of this key. Raises ``KeyError`` for a key not learnt (yet)."""
+        return self._ids[pk]
+
+    def learn(self, session_id: str, pk: int) -> None:
+        """Remember that ``pk`` is the key of ``session_id``."""
+        if self._keys.get(session_id) == pk:
+            return
+        if len(self._keys) >= self.KEPT or len(self._ids) >= self.KEPT:
+            self._keys.clear()
+            self._ids.clear()
+        self._keys[session_id] = pk
+        self._ids[pk] = session_id
+
+    def forget(self, session_id: str) -> None:
+        """Drop a key found stale for this id (its session was erased)."""
+        self._keys.pop(session_id, None)
 
 
 # A streaming turn's group-commit step for one session: the same checked head move, also
@@ -395,9 +431,8 @@ class SqlStorage(Storage):
             Compiled(read_band_stmt(self._feed_barrier()), d) if self.feed_banded else None
         )
         self._q_session_ids = Compiled(S_SESSION_IDS, d)
-        # Session key -> id, for the banded feed: a key never changes and is never given
-        # to another id, and only committed rows are learnt.
-        self._feed_names: dict[int, str] = {}
+        # For the banded feed's session ids and PostgreSQL's loads by key.
+        self.session_keys = SessionKeys()
         self._watcher: ChangeWatcher | None = None
         self._async_watcher: AsyncChangeWatcher | None = None
         self._watcher_lock = threading.Lock()
@@ -910,15 +945,14 @@ class SqlStorage(Storage):
         below = int(rows[0][-1])  # the barrier's row is there even when the band is empty
         if rows[0][0] is None:
             return below, []
-        make, names = FeedRow._make, self._feed_names
+        make, name = FeedRow._make, self.session_keys.session_id
         try:
-            return below, [make((*r[:-1], names[r[0]])) for r in rows]
+            return below, [make((*r[:-1], name(r[0]))) for r in rows]
         except KeyError:  # sessions this storage has not seen yet: in this transaction
             pks = list({r[0] for r in rows})
             found = dict(self._fetchall(tx, self._q_session_ids, {"pks": pks}))
-            if len(names) + len(found) > _FEED_NAMES_KEPT:
-                names.clear()
-            names.update(found)
+            for pk, session_id in found.items():
+                self.session_keys.learn(session_id, pk)
             return below, [make((*r[:-1], found[r[0]])) for r in rows]
 
     def watcher(self) -> ChangeWatcher:
