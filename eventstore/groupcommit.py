@@ -112,7 +112,8 @@ class AppendGroup:
         self._flying += 1
         self._fresh += 1
         self._idle.clear()
-        flight.timer = asyncio.get_running_loop().call_later(self._stall_after, self._stalled, flight)
+        loop = asyncio.get_running_loop()
+        flight.timer = loop.call_later(self._stall_after, self._stalled, flight)
         return flight
 
     def _stalled(self, flight: _Flight) -> None:
@@ -165,14 +166,12 @@ class AppendGroup:
         try:
             try:
                 written = await run(eng.append_planned, [planned for planned, _ in group])
-            except EventIdRace:
-                written = [False] * len(group)  # nothing written; alone, each finds out
-            except StorageError as exc:
-                if exc.retryable:
-                    _fail(group, exc)
+            except EventStoreError as exc:
+                # An event id race included: nothing was written; alone, each finds out.
+                race = isinstance(exc, EventIdRace)
+                if isinstance(exc, StorageError) and exc.retryable and not race:
+                    _fail(group, exc)  # maybe committed: as a lone append would, say so
                     return
-                written = [False] * len(group)  # nothing written
-            except EventStoreError:
                 written = [False] * len(group)
             for (planned, done), ok in zip(group, written):
                 result = eng.appended(planned) if ok else None
