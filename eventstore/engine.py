@@ -641,23 +641,24 @@ class Engine:
             # about to be handed out: a connection lost between the page and the commit (a
             # server restart) makes the retried read start from the same key, not after
             # rows it never handed out.
-            with st.read() as tx:
-                after_key = None if key is None else key.as_tuple()
-                if bands is None:
+            after_key = None if key is None else key.as_tuple()
+            if bands is None:
+                with st.read() as tx:
                     rows = st.read_feed(tx, after=after_key, limit=FEED_CHUNK)
                     full = len(rows) == FEED_CHUNK
-                    last = rows[-1] if rows else None
-                    next_key = key
-                    if last is not None:
-                        next_key = FeedKey(last.xact, last.session_pk, last.version)
-                    next_bands = None
-                else:
-                    top = bands.upto(key)
-                    below, rows = st.read_band(tx, after=after_key, limit=bands.limit, upto=top)
-                    upto = bands.upto(key, below)
-                    next_key, full, next_bands = bands.read(key, rows, upto, below)
-                # At the end: are committed events waiting behind an older open transaction?
-                pending = not full and st.feed_barrier(tx).pending
+                    # At the end: are committed events waiting behind an older open transaction?
+                    pending = not full and st.feed_barrier(tx).pending
+                last = rows[-1] if rows else None
+                next_key = key
+                if last is not None:
+                    next_key = FeedKey(last.xact, last.session_pk, last.version)
+                next_bands = None
+            else:
+                band = st.read_band(after=after_key, limit=bands.limit, upto=bands.upto(key))
+                rows = band.rows
+                upto = bands.upto(key, band.below)
+                next_key, full, next_bands = bands.read(key, rows, upto, band.below)
+                pending = not full and band.pending
             key, bands = next_key, next_bands
             out = [recorded_from_feed(r) for r in rows]
             return out, pending, full

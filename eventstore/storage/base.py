@@ -41,6 +41,7 @@ __all__ = [
     "TombstoneRow",
     "Erasure",
     "FeedRow",
+    "Band",
     "FeedBarrier",
     "ChangeWatcher",
     "AsyncChangeWatcher",
@@ -312,6 +313,21 @@ class FeedBarrier:
 
     below: int | None
     pending: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Band:
+    """One band of a banded feed, as :meth:`Storage.read_band` read it.
+
+    Attributes:
+        below: the barrier the band was read under (as :attr:`FeedBarrier.below`).
+        rows: the band's events in feed order.
+        pending: committed rows at or above ``below`` exist, in the same snapshot.
+    """
+
+    below: int
+    rows: list[FeedRow]
+    pending: bool
 
 
 class ChangeWatcher(ABC):
@@ -843,14 +859,13 @@ class Storage(ABC):
             limit: at most this many rows.
         """
 
-    def read_band(
-        self, tx: Tx, *, after: tuple[int, int, int] | None, limit: int, upto: int
-    ) -> tuple[int, list[FeedRow]]:
-        """One band of a :attr:`feed_banded` storage: the barrier ``below`` (as
-        :attr:`FeedBarrier.below`) and, in feed order after the key ``after``, at most
-        ``limit`` events with ``xact <= min(upto, below - 1)`` — final events: no event
-        can ever be added before them. Barrier and rows are read by one statement, in
-        one snapshot.
+    def read_band(self, *, after: tuple[int, int, int] | None, limit: int, upto: int) -> Band:
+        """One band of a :attr:`feed_banded` storage, in a read transaction of its own: the
+        barrier ``below`` (as :attr:`FeedBarrier.below`), in feed order after the key
+        ``after`` at most ``limit`` events with ``xact <= min(upto, below - 1)`` — final
+        events: no event can ever be added before them —, and whether committed events
+        wait at or above the barrier. Barrier, rows and that check are read by one
+        statement, in one snapshot; the call returns once the transaction has ended.
         """
         raise NotImplementedError
 

@@ -41,6 +41,7 @@ from sqlalchemy.util import await_
 
 from ..errors import SchemaError, StorageError
 from .base import (
+    Band,
     DIGEST_SIZE,
     EventRow,
     FeedBarrier,
@@ -51,7 +52,7 @@ from .base import (
     TurnBatch,
     Tx,
 )
-from .schema import events
+from .schema import BRIN_PAGES_PER_RANGE, events
 from .sql import Compiled, ErrorKind, SqlStorage, session_row
 from .watch import AsyncProbe, Probe, Signal
 
@@ -449,6 +450,19 @@ def _snapshot_xmin() -> Any:
     return cast(cast(func.pg_snapshot_xmin(func.pg_current_snapshot()), Text), BigInteger)
 
 
+#: A band is always an index range, but the planner knows it only from statistics: on a
+#: table not analysed yet it would read the whole table for every page.
+_BAND_SETTINGS = "SET LOCAL enable_seqscan = off"
+
+
+class _UnseenSessions(Exception):
+    """A band holds events of sessions whose ids this storage has not learnt yet."""
+
+
+def _unseen_sessions(pks: list[int]) -> list[Any]:
+    raise _UnseenSessions
+
+
 def _feed_barrier() -> Any:
     """The barrier, and whether committed rows wait at or above it — in one snapshot."""
     b = select(_snapshot_xmin().label("x")).subquery("b")
@@ -500,6 +514,48 @@ class _ListenProbe(Probe):
             pass
 
 
+#: The feed's BRIN index is summarized by the writers' notifier at most this often (s).
+SUMMARIZE_EVERY = 1.0
+#: Ranges summarized by one statement at most (a restarted store starts from the first).
+SUMMARIZE_RANGES = 4096
+
+# Summarizes the complete ranges of every BRIN index on the events table (or on its
+# partitions) from where this store got to, leaving the newest range (and one more:
+# concurrent writers fill their own pages) to inserts. Its lock conflicts with VACUUM's:
+# rather than wait for one, it gives up and tries again later. {done}: (index, start)
+# rows; it returns each index's next start.
+_SUMMARIZE = f"""
+SET LOCAL lock_timeout = '50ms';
+WITH done(idx, start) AS (VALUES (0::oid, 0::bigint){{done}}),
+ix AS (
+    SELECT i.indexrelid AS idx,
+           pg_relation_size(i.indrelid) / current_setting('block_size')::bigint AS pages
+    FROM pg_index i
+    JOIN pg_class c ON c.oid = i.indexrelid
+    JOIN pg_am a ON a.oid = c.relam
+    WHERE a.amname = 'brin' AND (
+        i.indrelid = 'events'::regclass
+        OR i.indrelid IN (SELECT relid FROM pg_partition_tree('events') WHERE isleaf))
+),
+todo AS (
+    SELECT ix.idx,
+           CASE WHEN coalesce(d.start, 0) > ix.pages THEN 0 ELSE coalesce(d.start, 0) END AS start,
+           ix.pages - 2 * {BRIN_PAGES_PER_RANGE} AS last
+    FROM ix LEFT JOIN done d ON d.idx = ix.idx
+),
+span AS (
+    SELECT idx, start, least(last, start + {BRIN_PAGES_PER_RANGE * (SUMMARIZE_RANGES - 1)}) AS stop
+    FROM todo
+)
+SELECT idx::bigint,
+       CASE WHEN stop < start THEN start
+            ELSE start + ((stop - start) / {BRIN_PAGES_PER_RANGE} + 1) * {BRIN_PAGES_PER_RANGE} END,
+       (SELECT count(*) FROM generate_series(start, stop, {BRIN_PAGES_PER_RANGE}) b
+        WHERE brin_summarize_range(idx::regclass, b) > 0)
+FROM span
+"""
+
+
 class _NotifySignal(Signal):
     """``pg_notify`` on the events table's channel, sent after the writes committed.
 
@@ -515,10 +571,45 @@ class _NotifySignal(Signal):
 
     def __init__(self, engine: Any) -> None:
         self._db = engine
+        # BRIN index -> the first table page not summarized yet by this store
+        self._summarized: dict[int, int] = {}
+        self._summarize_at = 0.0  # monotonic; never again once it cannot
+        #: ranges this store summarized (for tests and benchmarks)
+        self.summarized = 0
 
     def connect(self) -> Any:
         conn, channel = _dedicated(self._db, synchronous_commit="off")
         return conn, [channel.encode()]
+
+    def tidy(self, handle: Any, *, final: bool) -> None:
+        """Summarize the feed index's newly complete ranges: at most once a second while
+        commits come, and once when they stop.
+
+        A band reads every range not summarized yet (a BRIN index cannot tell what such a
+        range holds), and autovacuum summarizes them only on its own schedule (a minute
+        apart by default): a busy table would make every follower read the last minute of
+        writes again on each wake-up.
+        """
+        now = time.monotonic()
+        if now < self._summarize_at and not (final and self._summarize_at != float("inf")):
+            return
+        self._summarize_at = now + SUMMARIZE_EVERY
+        done = "".join(f", ({int(i)}::oid, {int(b)}::bigint)" for i, b in self._summarized.items())
+        try:
+            cur = handle[0].execute(_SUMMARIZE.format(done=done))
+            while cur.description is None and cur.nextset():
+                pass
+            rows = cur.fetchall()
+        except psycopg.errors.LockNotAvailable:
+            return  # VACUUM holds the table: next time
+        except psycopg.OperationalError:
+            raise  # the connection: the notifier reconnects
+        except psycopg.Error:
+            # Not the table's owner (or no BRIN support): autovacuum's summaries will do.
+            self._summarize_at = float("inf")
+            return
+        self._summarized = {int(i): int(start) for i, start, _ in rows}
+        self.summarized += sum(int(n) for _, _, n in rows)
 
     def start(self, handle: Any) -> None:
         conn, params = handle
@@ -680,6 +771,12 @@ class _AwaitedCursor:
 
     def fetchone(self) -> Any:
         return await_(self._cur.fetchone())
+
+    def fetchall(self) -> Any:
+        return await_(self._cur.fetchall())
+
+    def nextset(self) -> bool | None:
+        return bool(self._cur.nextset())  # the results are all in: no I/O
 
 
 class _AsyncListenProbe(AsyncProbe):
@@ -1052,6 +1149,26 @@ class PostgresStorage(SqlStorage):
 
     def _feed_barrier(self) -> Any:
         return _snapshot_xmin()
+
+    def _before_band(self, tx: Tx) -> None:
+        tx.exec_driver_sql(_BAND_SETTINGS)
+
+    def read_band(self, *, after: tuple[int, int, int] | None, limit: int, upto: int) -> Band:
+        # One round trip, in autocommit: the setting and the band's statement sent as one
+        # query string, which the server runs as one implicit transaction. Its values are
+        # inlined (integers only) because such a string takes no parameters.
+        assert self._q_band is not None
+        q = self._q_band
+        values = {k: int(v) for k, v in q.args(self._band_params(after, limit, upto)).items()}
+        with self._errors(), self._autocommit(hot=True) as cur:
+            cur.execute(f"{_BAND_SETTINGS}; {q.sql % values}")
+            cur.nextset()
+            rows = cur.fetchall()
+        try:
+            return self._band(rows, _unseen_sessions)
+        except _UnseenSessions:
+            # Their ids must come from the band's own snapshot (an erasure may remove one).
+            return super().read_band(after=after, limit=limit, upto=upto)
 
     #: A notification is sent after the commit, not by it: a writer that commits without
     #: one (raw SQL, a process killed in between) is found by this slow re-read.

@@ -44,9 +44,9 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.util import await_
 
 from ..errors import StorageError
-from .base import EventRow, LoadParts, SnapshotRow, TurnBatch, Tx
+from .base import Band, EventRow, LoadParts, SnapshotRow, TurnBatch, Tx
 from .postgres import PostgresStorage
-from .sql import Compiled, mask_url
+from .sql import Compiled, SqlStorage, mask_url
 
 __all__ = ["ReplicatedPostgresStorage", "read_only_url", "DEFAULT_MAX_REPLICA_LAG"]
 
@@ -269,6 +269,11 @@ class ReplicatedPostgresStorage(PostgresStorage):
         with super().read() as tx:
             yield tx
         self._moved = True  # later reads must not go back before what this one saw
+
+    def read_band(self, *, after: tuple[int, int, int] | None, limit: int, upto: int) -> Band:
+        # Through read(), which picks a replica that has replayed what this store saw
+        # (the primary's one-round-trip band always reads the primary).
+        return SqlStorage.read_band(self, after=after, limit=limit, upto=upto)
 
     def load_parts(
         self, session_id: str, version: int | None, reducer_version: int

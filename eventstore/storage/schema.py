@@ -52,6 +52,7 @@ __all__ = [
     "tombstones",
     "feed_clock",
     "SQLITE_FEED_KEY",
+    "BRIN_PAGES_PER_RANGE",
     "POSTGRESQL_ONLY",
 ]
 
@@ -93,6 +94,9 @@ sessions = Table(
     Column("closed_reason", Text, nullable=True),
 )
 
+#: Table pages per summary of the events' BRIN index on ``xact`` (PostgreSQL).
+BRIN_PAGES_PER_RANGE = 16
+
 events = Table(
     "events",
     metadata,
@@ -125,7 +129,7 @@ events = Table(
         "ix_events_xact",
         "xact",
         postgresql_using="brin",
-        postgresql_with={"pages_per_range": "16", "autosummarize": "on"},
+        postgresql_with={"pages_per_range": str(BRIN_PAGES_PER_RANGE), "autosummarize": "on"},
     ).ddl_if(dialect="postgresql"),
     Index(
         "ix_events_session_pk_event_id",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import fields
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 import threading
 from contextlib import contextmanager
 from typing import Any
@@ -21,6 +21,7 @@ from sqlalchemy import (
     any_,
     bindparam,
     delete,
+    exists,
     func,
     insert,
     inspect,
@@ -39,6 +40,7 @@ from ..errors import ConcurrencyError, EventStoreError, SchemaError, StorageErro
 from .base import (
     DIGEST_SIZE,
     AsyncChangeWatcher,
+    Band,
     ChangeWatcher,
     CompactionRow,
     Erasure,
@@ -178,7 +180,8 @@ def read_feed_stmt() -> Any:
 def read_band_stmt(barrier: Any) -> Any:
     """A banded feed's page (PostgreSQL): the rows with ``:x <= xact <= :upto`` after the
     key, cut at ``:lim``, and below ``barrier`` (a SQL expression) — which the statement
-    reads itself, in its own snapshot, and returns as the last column of every row.
+    reads itself, in its own snapshot, and returns in the last columns of every row with
+    whether committed rows wait at or above it (``pending``).
 
     The BRIN index on ``xact`` finds the band as a few page ranges; the rows are sorted in
     memory. The barrier is the one row the events are left-joined to, so an empty band
@@ -190,16 +193,19 @@ def read_band_stmt(barrier: Any) -> Any:
     # would be evaluated again for every row the bitmap scan rechecks.
     x = select(barrier.label("below")).subquery("x")
     top = func.least(_P("upto"), x.c.below - 1)
-    b = select(x.c.below, top.label("top")).cte("b").prefix_with("MATERIALIZED")
+    waiting = exists().where(events.c.xact >= x.c.below)
+    b = select(x.c.below, top.label("top"), waiting.label("pending")).cte("b").prefix_with("MATERIALIZED")
     e = events.c
     return (
-        select(*_EVENT_COLS, e.xact, b.c.below)
+        select(*_EVENT_COLS, e.xact, b.c.below, b.c.pending)
         .select_from(
             b.outerjoin(
                 events,
                 and_(
                     _FEED_KEY > tuple_(_P("x"), _P("s"), _P("v")),
                     e.xact >= _P("x"),
+                    # Implied by the next one, but a bound the index scan can use itself.
+                    e.xact <= _P("upto"),
                     e.xact <= b.c.top,
                 ),
             )
@@ -935,25 +941,36 @@ class SqlStorage(Storage):
         params = {"x": x, "s": s, "v": v, "lim": limit}
         return [FeedRow._make(r) for r in self._fetchall(tx, self._q_feed, params)]
 
-    def read_band(
-        self, tx: Tx, *, after: tuple[int, int, int] | None, limit: int, upto: int
-    ) -> tuple[int, list[FeedRow]]:
+    def read_band(self, *, after: tuple[int, int, int] | None, limit: int, upto: int) -> Band:
         assert self._q_band is not None, "only a banded storage reads bands"
+        with self.read() as tx:
+            self._before_band(tx)
+            rows = self._fetchall(tx, self._q_band, self._band_params(after, limit, upto))
+            return self._band(rows, lambda pks: self._fetchall(tx, self._q_session_ids, {"pks": pks}))
+
+    @staticmethod
+    def _band_params(after: tuple[int, int, int] | None, limit: int, upto: int) -> dict[str, int]:
         x, s, v = (-1, 0, 0) if after is None else after
-        params = {"x": x, "s": s, "v": v, "lim": limit, "upto": upto}
-        rows = self._fetchall(tx, self._q_band, params)
-        below = int(rows[0][-1])  # the barrier's row is there even when the band is empty
+        return {"x": x, "s": s, "v": v, "lim": limit, "upto": upto}
+
+    def _band(self, rows: Sequence[Any], session_ids: Callable[[list[int]], Iterable[Any]]) -> Band:
+        """A band from the rows of :func:`read_band_stmt`; ``session_ids`` reads the ids of
+        sessions this storage has not seen yet (in the band's own transaction)."""
+        # The barrier's row is there even when the band is empty.
+        below, pending = int(rows[0][-2]), bool(rows[0][-1])
         if rows[0][0] is None:
-            return below, []
+            return Band(below, [], pending)
         make, name = FeedRow._make, self.session_keys.session_id
         try:
-            return below, [make((*r[:-1], name(r[0]))) for r in rows]
-        except KeyError:  # sessions this storage has not seen yet: in this transaction
-            pks = list({r[0] for r in rows})
-            found = dict(self._fetchall(tx, self._q_session_ids, {"pks": pks}))
+            return Band(below, [make((*r[:-2], name(r[0]))) for r in rows], pending)
+        except KeyError:
+            found = dict(session_ids(list({r[0] for r in rows})))
             for pk, session_id in found.items():
                 self.session_keys.learn(session_id, pk)
-            return below, [make((*r[:-1], found[r[0]])) for r in rows]
+            return Band(below, [make((*r[:-2], found[r[0]])) for r in rows], pending)
+
+    def _before_band(self, tx: Tx) -> None:
+        """Settings a band's statement needs in its transaction (none by default)."""
 
     def watcher(self) -> ChangeWatcher:
         with self._watcher_lock:

@@ -301,6 +301,12 @@ class Signal(ABC):
     def close(self, handle: Any) -> None:
         """Close the dedicated connection (never raises)."""
 
+    def tidy(self, handle: Any, *, final: bool) -> None:
+        """Upkeep that follows commits but must not slow the writers, run on the notifier's
+        thread after a sign, before another one can start, and once more (``final``) when
+        no commit came for a while (none by default). Raises, like :meth:`finish`, only
+        when the connection is lost."""
+
 
 # Notifiers still open: a process that exits without closing its store sends its last sign.
 _OPEN: weakref.WeakSet[Notifier] = weakref.WeakSet()
@@ -371,13 +377,19 @@ class Notifier:
 
     def _run(self) -> None:
         backoff = 0.05
+        tidied = True  # no sign since the last upkeep
         while True:
+            final = False
             with self._cond:
                 if not (self._dirty or self._inflight or self._closed):
                     self._cond.wait(self._linger)
                 if not (self._dirty or self._inflight):
-                    self._stopped()
-                    return
+                    if tidied or self._closed or self._handle is None:
+                        self._stopped()
+                        return
+                    # Quiet for a while: the upkeep a burst of commits left, then stop. The
+                    # connection is reserved as for a sign, so no writer starts one meanwhile.
+                    final = self._inflight = True
                 handle = self._handle
             try:
                 if handle is None:
@@ -388,8 +400,11 @@ class Notifier:
                     if self._dirty and not self._inflight and not self._start():
                         raise ConnectionError("the sign could not be sent")
                     inflight = self._inflight
-                while inflight and not self._signal.finish(handle, 1.0):
+                while inflight and not final and not self._signal.finish(handle, 1.0):
                     pass
+                if inflight:  # still marked in flight: no writer starts a sign meanwhile
+                    self._signal.tidy(handle, final=final)
+                    tidied = final
                 with self._cond:
                     self._inflight = False
                 backoff = 0.05
