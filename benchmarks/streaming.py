@@ -1,11 +1,13 @@
 """Streaming turns: many sessions streaming replies at once, three ways to persist them.
 
-W = 1 / 16 / 64 concurrent sessions (one thread each) stream turns of a ``send``, a
+W = 1 / 16 / 64 concurrent sessions (one thread or task each) stream turns of a ``send``, a
 ``message-start``, 80 ``text-delta`` parts, a ``tool-call``, its ``tool-result`` and a
 ``finish`` (85 events per turn), on PostgreSQL, through:
 
 - ``turn``: ``store.turn(...)`` — group commit of every open turn, deltas durable within
   ``max_delay`` (20 ms), step-ending parts before ``write`` returns;
+- ``aturn``: the same through the async twin (``AsyncEventStore.turn``), W tasks on one
+  event loop instead of W threads;
 - ``raw``: raw psycopg, one connection per session, each part ``INSERT`` + ``COMMIT`` into a
   bare table (the limit for a writer that commits each part on its own);
 - ``append``: ``EventStore.append`` of each part (one transaction each).
@@ -22,6 +24,7 @@ every acknowledged event must be in the database (then ``recover`` closes every 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import signal
@@ -44,6 +47,8 @@ from benchmarks.peers.raw_psycopg import DDL as RAW_DDL
 from benchmarks.peers.raw_psycopg import INSERT as RAW_INSERT
 from eventstore import EventStore
 from eventstore.engine import Engine
+from eventstore.aio import run as run_in_greenlet
+from eventstore.astreaming import AsyncStreamingTurn, AsyncTurnWriter
 from eventstore.streaming import StreamingTurn, TurnWriter
 
 __all__ = ["main"]
@@ -85,11 +90,20 @@ class Pacer:
         self.next = time.perf_counter()
 
     def wait(self) -> None:
-        if self.step:
-            self.next += self.step
-            delay = self.next - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
+        delay = self._delay()
+        if delay > 0:
+            time.sleep(delay)
+
+    async def await_tick(self) -> None:
+        delay = self._delay()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    def _delay(self) -> float:
+        if not self.step:
+            return 0.0
+        self.next += self.step
+        return self.next - time.perf_counter()
 
 
 class Latencies:
@@ -218,15 +232,70 @@ def run_turn(
 
 
 def match_durable(
-    writer: TurnWriter,
+    pks: dict[str, int],
     clock: DurableClock,
     lat: Latencies,
     unmatched: list[tuple[str, list[tuple[int, int, float]]]],
 ) -> None:
     """Latencies of the parts :func:`run_turn` wrote: write time to the flush that held them."""
     for sid, written in unmatched:
-        pk = writer.engine.session_row(sid).pk
+        pk = pks[sid]
         lat.add([(t0, t - t0) for _, v, t0 in written if (t := clock.durable_at(pk, v)) is not None])
+
+
+async def run_aturn(
+    writer: AsyncTurnWriter,
+    sid: str,
+    stop: threading.Event,
+    rate: float,
+    clock: DurableClock | None,
+    unmatched: list[tuple[str, list[tuple[int, int, float]]]],
+) -> None:
+    """:func:`run_turn` as an asyncio task, through the async twin's turns."""
+    n = 0
+    written: list[tuple[int, int, float]] = []
+    while not stop.is_set():
+        n += 1
+        send, parts = turn_parts(n)
+        pace = Pacer(rate)
+        async with AsyncStreamingTurn(writer, sid, send, actor=None, max_delay=MAX_DELAY) as turn:
+            v = turn.version
+            for p in parts:
+                await pace.await_tick()
+                t0 = time.perf_counter()
+                await turn.write(p)
+                v += 1
+                if clock is not None:
+                    written.append((0, v, t0))
+                if stop.is_set() and p["type"] == "text-delta":
+                    break
+    if clock is not None:
+        unmatched.append((sid, written))
+
+
+def run_aturns(
+    engine: Engine,
+    writers: int,
+    stop: threading.Event,
+    rate: float,
+    clock: DurableClock | None,
+    unmatched: list[tuple[str, list[tuple[int, int, float]]]],
+    pks: dict[str, int],
+) -> None:
+    """Every session's task on one event loop (this thread's); the sessions' keys after."""
+
+    async def main() -> None:
+        writer = AsyncTurnWriter(engine)
+        sids = [f"s{i}" for i in range(writers)]
+        try:
+            await asyncio.gather(*(run_aturn(writer, sid, stop, rate, clock, unmatched) for sid in sids))
+            for sid in sids:
+                pks[sid] = (await run_in_greenlet(engine.session_row, sid)).pk
+        finally:
+            await writer.close()
+            await run_in_greenlet(engine.close)
+
+    asyncio.run(main())
 
 
 # -- one run -------------------------------------------------------------------------------
@@ -273,7 +342,7 @@ def run_one(target: str, writers: int, seconds: float, rate: float) -> dict[str,
         def work(i: int) -> None:
             run_append(store, f"s{i}", stop, rate, lat)
 
-    else:
+    elif target == "turn":
         engine = Engine(pg_url(name, driver=True), pool_size=writers + 1)
         engine.migrate()
         clock = DurableClock(engine) if rate else None
@@ -283,8 +352,18 @@ def run_one(target: str, writers: int, seconds: float, rate: float) -> dict[str,
         def work(i: int) -> None:
             run_turn(writer, f"s{i}", stop, rate, lat, clock, unmatched)
 
+    else:
+        with EventStore(pg_url(name, driver=True)) as store:
+            store.migrate()
+        engine = Engine(pg_url(name, driver=True), pool_size=writers + 1, use_asyncio=True)
+        clock = DurableClock(engine) if rate else None
+
+        def work(i: int) -> None:
+            run_aturns(engine, writers, stop, rate, clock, unmatched, pks)
+
+    pks: dict[str, int] = {}
     commits0 = xact_commits(url)
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(writers)]
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(1 if target == "aturn" else writers)]
     cpu0, t0 = time.process_time(), time.perf_counter()
     if lat is not None:
         lat.start = t0
@@ -296,7 +375,9 @@ def run_one(target: str, writers: int, seconds: float, rate: float) -> dict[str,
         t.join()
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     if lat is not None and clock is not None:
-        match_durable(writer, clock, lat, unmatched)
+        if target == "turn":
+            pks = {sid: writer.engine.session_row(sid).pk for sid, _ in unmatched}
+        match_durable(pks, clock, lat, unmatched)
     for close in closers:
         close()
     time.sleep(1.1)  # the server's statistics are flushed about once a second
@@ -318,7 +399,7 @@ def run_one(target: str, writers: int, seconds: float, rate: float) -> dict[str,
         steady = lat.steady()
         if len(steady) > 1:
             out["p99_steady_ms"] = 1000 * statistics.quantiles(steady, n=100)[98]
-    if target == "turn" and rate and clock is not None and len(clock.flushes) > 1:
+    if target in ("turn", "aturn") and rate and clock is not None and len(clock.flushes) > 1:
         q = statistics.quantiles(clock.flushes, n=100)
         out["flush_p50_ms"], out["flush_p99_ms"] = 1000 * q[49], 1000 * q[98]
     if not rate:
@@ -411,7 +492,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     res["date"] = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     for rate in (0.0, RATE):
         for w in args.writers:
-            for target in ("raw", "append", "turn"):
+            for target in ("raw", "append", "turn", "aturn"):
                 r = run_one(target, w, args.seconds, rate)
                 print(json.dumps(r), flush=True)
                 res["runs"].append(r)
@@ -434,25 +515,32 @@ def markdown(res: dict[str, Any], writers: list[int]) -> str:
         "",
         f"`python -m benchmarks streaming` on {res['date']}; {m['uname']}, {m['nproc']} CPUs, Python "
         f"{m['python']}, psycopg {m['packages']['psycopg']}; PostgreSQL 15 from `scripts/with-postgres` "
-        "(fsync on) on the same machine. W sessions, one thread each, stream turns of 85 events "
-        "(send, message-start, 80 text deltas, tool-call, tool-result, finish). `turn`: `store.turn` "
-        f"with max_delay {int(MAX_DELAY * 1000)} ms (group commit); `raw`: raw psycopg, INSERT + COMMIT per "
-        "part into a bare table; `append`: `EventStore.append` per part. Ratios are against `raw` "
-        "in the same run.",
+        "(fsync on) on the same machine. W sessions, one thread (or task) each, stream turns of 85 "
+        "events (send, message-start, 80 text deltas, tool-call, tool-result, finish). `turn`: "
+        f"`store.turn` with max_delay {int(MAX_DELAY * 1000)} ms (group commit), a thread per session; "
+        "`aturn`: the async twin's `turn`, a task per session on one event loop; `raw`: raw psycopg, "
+        "INSERT + COMMIT per part into a bare table; `append`: `EventStore.append` per part. Ratios "
+        "are against `raw` in the same run.",
         "",
         "Saturating (every session writes as fast as it can):",
         "",
-        "| W | raw events/s | append events/s (× raw) | turn events/s (× raw) | commits/s raw / append / turn | client CPU/event raw / append / turn | bytes/event raw / append / turn |",
-        "|--:|--:|--:|--:|--:|--:|--:|",
+        "| W | raw events/s | append events/s (× raw) | turn events/s (× raw) | aturn events/s (× raw) "
+        "| commits/s raw / append / turn / aturn | client CPU/event raw / append / turn / aturn "
+        "| bytes/event raw / append / turn |",
+        "|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for w in writers:
-        raw, app, turn = (_row(runs, t, w, "saturating") for t in ("raw", "append", "turn"))
+        raw, app, turn, aturn = (
+            _row(runs, t, w, "saturating") for t in ("raw", "append", "turn", "aturn")
+        )
         lines.append(
             f"| {w} | {raw['events_per_s']:,.0f} | {app['events_per_s']:,.0f} "
             f"({app['events_per_s'] / raw['events_per_s']:.2f}×) | **{turn['events_per_s']:,.0f} "
-            f"({turn['events_per_s'] / raw['events_per_s']:.1f}×)** | {raw['commits_per_s']:,.0f} / "
-            f"{app['commits_per_s']:,.0f} / {turn['commits_per_s']:,.0f} | "
-            f"{raw['cpu_ms_per_event']:.3f} / {app['cpu_ms_per_event']:.3f} / {turn['cpu_ms_per_event']:.3f} ms | "
+            f"({turn['events_per_s'] / raw['events_per_s']:.1f}×)** | **{aturn['events_per_s']:,.0f} "
+            f"({aturn['events_per_s'] / raw['events_per_s']:.1f}×)** | {raw['commits_per_s']:,.0f} / "
+            f"{app['commits_per_s']:,.0f} / {turn['commits_per_s']:,.0f} / {aturn['commits_per_s']:,.0f} | "
+            f"{raw['cpu_ms_per_event']:.3f} / {app['cpu_ms_per_event']:.3f} / {turn['cpu_ms_per_event']:.3f} / "
+            f"{aturn['cpu_ms_per_event']:.3f} ms | "
             f"{raw.get('bytes_per_event', 0):.0f} / {app.get('bytes_per_event', 0):.0f} / "
             f"{turn.get('bytes_per_event', 0):.0f} ({turn.get('bytes_per_event', 0) / max(raw.get('bytes_per_event', 1), 1):.2f}×) |"
         )
@@ -462,20 +550,24 @@ def markdown(res: dict[str, Any], writers: list[int]) -> str:
         "`append` the call itself; for `turn`, until the group commit holding the part returned), "
         f"and client CPU per event; the last column leaves out the first {WARMUP:.0f} s of each run, "
         "while every session opens its connection (`raw`, `append`) or its session and first turn "
-        "(`turn`) at once:",
+        "(`turn`, `aturn`) at once:",
         "",
-        "| W | raw p50 / p99 | append p50 / p99 | turn p50 / p99 | client CPU/event raw / append / turn | p99 after the first second raw / append / turn |",
-        "|--:|--:|--:|--:|--:|--:|",
+        "| W | raw p50 / p99 | append p50 / p99 | turn p50 / p99 | aturn p50 / p99 "
+        "| client CPU/event raw / append / turn / aturn "
+        "| p99 after the first second raw / append / turn / aturn |",
+        "|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for w in writers:
-        raw, app, turn = (_row(runs, t, w, "paced") for t in ("raw", "append", "turn"))
+        raw, app, turn, aturn = (_row(runs, t, w, "paced") for t in ("raw", "append", "turn", "aturn"))
         lines.append(
             f"| {w} | {raw.get('p50_ms', 0):.2f} / {raw.get('p99_ms', 0):.2f} ms | "
             f"{app.get('p50_ms', 0):.2f} / {app.get('p99_ms', 0):.2f} ms | "
             f"**{turn.get('p50_ms', 0):.2f} / {turn.get('p99_ms', 0):.2f} ms** | "
-            f"{raw['cpu_ms_per_event']:.3f} / {app['cpu_ms_per_event']:.3f} / **{turn['cpu_ms_per_event']:.3f} ms** | "
+            f"**{aturn.get('p50_ms', 0):.2f} / {aturn.get('p99_ms', 0):.2f} ms** | "
+            f"{raw['cpu_ms_per_event']:.3f} / {app['cpu_ms_per_event']:.3f} / "
+            f"**{turn['cpu_ms_per_event']:.3f} / {aturn['cpu_ms_per_event']:.3f} ms** | "
             f"{raw.get('p99_steady_ms', 0):.2f} / {app.get('p99_steady_ms', 0):.2f} / "
-            f"**{turn.get('p99_steady_ms', 0):.2f} ms** |"
+            f"**{turn.get('p99_steady_ms', 0):.2f} / {aturn.get('p99_steady_ms', 0):.2f} ms** |"
         )
     k = res["kill"]
     lines += [
