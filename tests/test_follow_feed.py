@@ -756,6 +756,24 @@ def test_a_follower_reading_from_a_lagging_replica_still_gets_the_commit_it_was_
         plain.close()
 
 
+def test_the_feed_of_a_replicated_store_reads_a_replica_that_has_replayed_its_writes(
+    pg_schema: str, replica_url: str
+) -> None:
+    """A band is read through the store's read path: a replica that has replayed this
+    store's appends serves it (the primary's one-round-trip read is not taken)."""
+    replicated = _replicated(pg_schema, replica_url)
+    try:
+        for i in range(3):
+            replicated.append(f"s{i}", [_send(0), _send(1)])
+        before = replicated.read_counts["replica"]
+        got = [(e.session_id, e.version) for e in replicated.feed(idle_timeout=0)]
+        assert sorted(got) == [(f"s{i}", v) for i in range(3) for v in (1, 2)]  # each once
+        assert all(got.index((s, 1)) < got.index((s, 2)) for s, _ in got)  # in version order
+        assert replicated.read_counts["replica"] > before
+    finally:
+        replicated.close()
+
+
 def _unsummarized_tail(url: str) -> tuple[int, int]:
     """(table pages a band above every event reads, table pages): the pages of the feed's
     BRIN ranges not summarized yet, which every band reads whatever it asks for."""
