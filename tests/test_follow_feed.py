@@ -756,6 +756,42 @@ def test_a_follower_reading_from_a_lagging_replica_still_gets_the_commit_it_was_
         plain.close()
 
 
+def test_postgresql_a_band_read_that_loses_its_connection_at_once_is_sent_again(pg_schema: str) -> None:
+    """A band is read on a pooled connection taken without the pre-ping (one round trip);
+    one that died in the pool unnoticed fails the first attempt, and the read is sent once
+    more, so even a feed that must not wait (``idle_timeout=0``) gets its events."""
+    from contextlib import contextmanager
+
+    from eventstore.engine import Engine
+
+    with make_store(pg_schema) as store:
+        store.append("a", [_send(0)])
+    engine = Engine(pg_schema)
+    st: Any = engine.storage
+    real, failed = st._autocommit, []
+
+    class DeadCursor:
+        def execute(self, *args: Any, **kwargs: Any) -> None:
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    @contextmanager
+    def first_dead(*, hot: bool) -> Any:
+        if not failed:
+            failed.append(hot)
+            yield DeadCursor()
+            return
+        with real(hot=hot) as cur:
+            yield cur
+
+    st._autocommit = first_dead
+    try:
+        got = [(e.session_id, e.version) for e in engine.feed(idle_timeout=0)]
+    finally:
+        engine.close()
+    assert failed == [True]
+    assert got == [("a", 1)]
+
+
 def test_the_feed_of_a_replicated_store_reads_a_replica_that_has_replayed_its_writes(
     pg_schema: str, replica_url: str
 ) -> None:

@@ -1160,10 +1160,20 @@ class PostgresStorage(SqlStorage):
         assert self._q_band is not None
         q = self._q_band
         values = {k: int(v) for k, v in q.args(self._band_params(after, limit, upto)).items()}
-        with self._errors(), self._autocommit(hot=True) as cur:
-            cur.execute(f"{_BAND_SETTINGS}; {q.sql % values}")
-            cur.nextset()
-            rows = cur.fetchall()
+        sql = f"{_BAND_SETTINGS}; {q.sql % values}"
+        for attempt in (1, 2):
+            try:
+                # Taken without the pre-ping, like an append's: a connection that died in
+                # the pool just before (not yet seen as dead) fails the first attempt, and
+                # the read, which changes nothing, is sent once more on a checked one.
+                with self._errors(), self._autocommit(hot=True) as cur:
+                    cur.execute(sql)
+                    cur.nextset()
+                    rows = cur.fetchall()
+                break
+            except StorageError as exc:
+                if attempt == 2 or not exc.retryable:
+                    raise
         try:
             return self._band(rows, _unseen_sessions)
         except _UnseenSessions:
