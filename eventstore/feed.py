@@ -26,12 +26,15 @@ order, so each page reads one band ``after <= xact <= upto`` and sorts it in mem
 (:class:`Bands` sizes it). ``upto`` is always below the barrier, so every row of the band
 is final: once a band came back whole (not cut by the page limit), nothing can ever be
 added to it, and the next band starts above it. A page cut by its limit is resumed from
-its last event, as ever. Nothing is skipped by size or by time; only the cost moves.
+its last event, as ever. Nothing is skipped by size or by time; only the cost moves. A
+range of the index not summarized yet is read whole by every band, so the writing store
+summarizes complete ranges as it goes (see ``eventstore.storage.postgres``).
 
-The reader's key moves only after a page's read transaction has ended (the page — one
-statement that reads the barrier and the band below it, in one snapshot —, the end-of-page
-check, the commit): a connection lost anywhere in it (a server restart) makes the retried
-read start from the same key, so a page is never counted as read without being handed out.
+The reader's key moves only after a page's read transaction has ended (on PostgreSQL the
+page is one statement that reads the barrier, the band below it and whether committed rows
+wait above it, in one snapshot; on SQLite the page, the end-of-page check and the commit): a
+connection lost anywhere in it (a server restart) makes the retried read start from the same
+key, so a page is never counted as read without being handed out.
 On SQLite ``xact`` is the table's rowid: a page is a range scan of the table itself.
 
 A position is the key of an event, written as fixed-width hex (``xact.session.version``), so
