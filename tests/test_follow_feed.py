@@ -859,3 +859,27 @@ def test_postgresql_the_writing_store_summarizes_the_feed_index_as_it_goes(
             read, pages = _unsummarized_tail(pg_schema)
         assert read <= 2 * 16 * len(tables), (read, pages)
         assert list(store.feed(idle_timeout=0))[-1].session_id.startswith("s")
+
+
+def test_postgresql_a_store_skips_summarizing_while_another_summarizes(pg_schema: str) -> None:
+    """Summarizing locks the table against itself: a store that finds another one at it
+    (here: its advisory lock held from outside) skips, without waiting, and summarizes the
+    next time it can."""
+    lock = "hashtextextended('eventstore summarize ' || 'events'::regclass::oid::text, 0)"
+    with EventStore(pg_schema) as store:
+        store.migrate()
+        with psycopg.connect(_pg_dsn(pg_schema), autocommit=True) as other:
+            other.execute("ALTER TABLE events SET (autovacuum_enabled = false)")
+            other.execute(f"SELECT pg_advisory_lock({lock})")
+            for i in range(100):
+                store.append(f"s{i % 7}", [_send(k) for k in range(100)])
+            time.sleep(2.0)  # the notifier's last summary comes about 0.5 s after the writes
+            read, pages = _unsummarized_tail(pg_schema)
+            assert read > 4 * 16, (read, pages)  # skipped: another store holds the lock
+            other.execute(f"SELECT pg_advisory_unlock({lock})")
+        store.append("s0", [_send(0)])
+        deadline = time.monotonic() + SAFETY
+        while read > 2 * 16 and time.monotonic() < deadline:
+            time.sleep(0.1)
+            read, pages = _unsummarized_tail(pg_schema)
+        assert read <= 2 * 16, (read, pages)

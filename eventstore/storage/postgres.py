@@ -521,19 +521,24 @@ SUMMARIZE_RANGES = 4096
 
 # Summarizes the complete ranges of every BRIN index on the events table (or on its
 # partitions) from where this store got to, leaving the newest range (and one more:
-# concurrent writers fill their own pages) to inserts. Its lock conflicts with VACUUM's:
-# rather than wait for one, it gives up and tries again later. {done}: (index, start)
-# rows; it returns each index's next start.
+# concurrent writers fill their own pages) to inserts. Its lock conflicts with VACUUM's
+# and with itself: one store at a time summarizes (the others skip at once, returning no
+# rows), and rather than wait for a VACUUM it gives up and tries again later. {done}:
+# (index, start) rows; it returns each index's next start.
 _SUMMARIZE = f"""
 SET LOCAL lock_timeout = '50ms';
 WITH done(idx, start) AS (VALUES (0::oid, 0::bigint){{done}}),
+mine AS (
+    SELECT pg_try_advisory_xact_lock(
+        hashtextextended('eventstore summarize ' || 'events'::regclass::oid::text, 0)) AS ok
+),
 ix AS (
     SELECT i.indexrelid AS idx,
            pg_relation_size(i.indrelid) / current_setting('block_size')::bigint AS pages
     FROM pg_index i
     JOIN pg_class c ON c.oid = i.indexrelid
     JOIN pg_am a ON a.oid = c.relam
-    WHERE a.amname = 'brin' AND (
+    WHERE (SELECT ok FROM mine) AND a.amname = 'brin' AND (
         i.indrelid = 'events'::regclass
         OR i.indrelid IN (SELECT relid FROM pg_partition_tree('events') WHERE isleaf))
 ),
@@ -608,8 +613,9 @@ class _NotifySignal(Signal):
             # Not the table's owner (or no BRIN support): autovacuum's summaries will do.
             self._summarize_at = float("inf")
             return
-        self._summarized = {int(i): int(start) for i, start, _ in rows}
-        self.summarized += sum(int(n) for _, _, n in rows)
+        if rows:  # none: another store is summarizing
+            self._summarized = {int(i): int(start) for i, start, _ in rows}
+            self.summarized += sum(int(n) for _, _, n in rows)
 
     def start(self, handle: Any) -> None:
         conn, params = handle
