@@ -326,7 +326,8 @@ class Notifier:
     over to another thread on the way: under load a woken thread waits for the interpreter
     lock); otherwise the commit is noted and one more sign follows when the one in flight
     is done. A thread of the notifier's own (started on demand, gone after ``linger``
-    seconds without a mark) waits for each sign's result, connects and reconnects: at most
+    seconds without a mark) waits for each sign's result, runs the backend's upkeep
+    (:meth:`Signal.tidy`) between signs, connects and reconnects: at most
     one sign per commit, far fewer under load, and none inside a writer's transaction (on
     PostgreSQL a transaction that notifies holds a database-wide lock through its commit,
     which would serialise every writer). A sign that cannot be sent is retried with a
