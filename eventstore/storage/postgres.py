@@ -578,7 +578,8 @@ class _NotifySignal(Signal):
         self._db = engine
         # BRIN index -> the first table page not summarized yet by this store
         self._summarized: dict[int, int] = {}
-        self._summarize_at = 0.0  # monotonic; never again once it cannot
+        self._summarize_at = 0.0  # monotonic
+        self._cannot_summarize = False
         #: ranges this store summarized (for tests and benchmarks)
         self.summarized = 0
 
@@ -596,7 +597,7 @@ class _NotifySignal(Signal):
         writes again on each wake-up.
         """
         now = time.monotonic()
-        if now < self._summarize_at and not (final and self._summarize_at != float("inf")):
+        if self._cannot_summarize or (now < self._summarize_at and not final):
             return
         self._summarize_at = now + SUMMARIZE_EVERY
         done = "".join(f", ({int(i)}::oid, {int(b)}::bigint)" for i, b in self._summarized.items())
@@ -611,7 +612,7 @@ class _NotifySignal(Signal):
             raise  # the connection: the notifier reconnects
         except psycopg.Error:
             # Not the table's owner (or no BRIN support): autovacuum's summaries will do.
-            self._summarize_at = float("inf")
+            self._cannot_summarize = True
             return
         if rows:  # none: another store is summarizing
             self._summarized = {int(i): int(start) for i, start, _ in rows}
