@@ -18,7 +18,7 @@ For every target and T, in a database (or SQLite file) of its own:
    same machine noise), remembering the head at turn T/2 (the *old version*);
 2. measure bytes on disk (tables + indexes + TOAST after VACUUM);
 3. load the head and the old version and compare them with the reference fold
-   (``eventstore.reducer.fold``) — a mismatch marks the target WRONG;
+   (``eventstore.core.reducer.fold``) — a mismatch marks the target WRONG;
 4. time load head, load old version (median of ``--repeats`` after one warm-up) and reading
    the full history (bounded by ``--history-limit`` seconds);
 5. append the next turns one event per durable write, alternating with equal blocks of
@@ -53,7 +53,7 @@ from typing import Any
 from benchmarks._common import run_times
 from benchmarks.peers import KEYS, Unsupported, make_target, unavailable
 from benchmarks.peers.base import Action, drop_database
-from eventstore.reducer import fold
+from eventstore.core.reducer import fold
 from eventstore.samples import chat_session
 
 HERE = Path(__file__).resolve().parent

@@ -11,8 +11,8 @@ with orjson as the store keeps it (one JSON document per event). Measured in one
 after a warm-up, as the median (and best) of ``--repeats`` runs with a collected heap:
 
 (a) ``orjson.loads`` of every event — the floor: a load cannot be cheaper than decoding;
-(b) decode + :func:`eventstore.reducer.fold_json` — the store's load path;
-(c) the public :func:`eventstore.reducer.fold` over the decoded dicts (validates each
+(b) decode + :func:`eventstore.core.reducer.fold_json` — the store's load path;
+(c) the public :func:`eventstore.core.reducer.fold` over the decoded dicts (validates each
     action with pydantic first — the untrusted path, for reference).
 
 Target: (b) / (a) <= 4. Linearity: per-event cost of (b) at 1k, 10k and 100k events
@@ -37,7 +37,7 @@ import orjson
 
 from benchmarks._common import machine as _machine
 from benchmarks._common import record_section, timed
-from eventstore.reducer import fold, fold_json
+from eventstore.core.reducer import fold, fold_json
 from eventstore.samples import chat_session
 
 __all__ = ["main", "measure", "machine"]

@@ -54,7 +54,7 @@ import orjson
 
 from benchmarks._common import machine
 from eventstore.errors import SessionNotFound, StorageError
-from eventstore.reducer import fold
+from eventstore.core.reducer import fold
 from eventstore.samples import random_actions
 from eventstore import EventStore
 

@@ -46,10 +46,10 @@ import psycopg
 from psycopg.types.json import set_json_loads
 
 from benchmarks._common import record_section, run_times
-from eventstore.reducer import fold_json
+from eventstore.core.reducer import fold_json
 from eventstore.samples import chat_session
 from eventstore import EventStore
-from eventstore.engine import DEFAULT_SNAPSHOT_EVERY, Engine
+from eventstore.engine.engine import DEFAULT_SNAPSHOT_EVERY, Engine
 
 __all__ = ["main"]
 

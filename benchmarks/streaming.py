@@ -46,10 +46,10 @@ from benchmarks.peers.base import db_name, drop_database, fresh_database, pg_siz
 from benchmarks.peers.raw_psycopg import DDL as RAW_DDL
 from benchmarks.peers.raw_psycopg import INSERT as RAW_INSERT
 from eventstore import EventStore
-from eventstore.engine import Engine
-from eventstore.aio import run as run_in_greenlet
-from eventstore.astreaming import AsyncStreamingTurn, AsyncTurnWriter
-from eventstore.streaming import StreamingTurn, TurnWriter
+from eventstore.engine.engine import Engine
+from eventstore.engine.async_bridge import run as run_in_greenlet
+from eventstore.engine.async_turns import AsyncStreamingTurn, AsyncTurnWriter
+from eventstore.engine.turns import StreamingTurn, TurnWriter
 
 __all__ = ["main"]
 

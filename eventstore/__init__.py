@@ -23,233 +23,320 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from eventstore.checkpoint import Checkpoint, generate_keypair, load_private_key, load_public_key
-    from eventstore.diff import SessionDiff
-    from eventstore.errors import (
-        CheckpointError,
-        CompactedError,
-        ConcurrencyError,
-        EventIdConflict,
-        EventStoreError,
-        InvalidEvent,
-        InvalidState,
-        SchemaError,
-        SessionClosed,
-        SessionErased,
-        SessionExists,
-        SessionNotFound,
-        StorageError,
-        TurnBusy,
-        TurnStopped,
-        VersionNotFound,
-    )
-    from eventstore.compaction import CompactResult
-    from eventstore.ids import check_new_session_id, split_ref
-    from eventstore.models import (
-        Action,
-        ErrorPart,
-        FinishPart,
-        MessageStartPart,
-        PartAction,
-        ReasoningDeltaPart,
-        ResetAction,
-        RetryAction,
-        SendAction,
-        SessionState,
-        StepFinishPart,
-        StopAction,
-        StreamPart,
-        TextDeltaPart,
-        ToolCallPart,
-        ToolErrorPart,
-        ToolPhaseAction,
-        ToolResultPart,
-        parse_action,
-        parse_action_json,
-        parse_actions,
-        parse_state,
-    )
-    from eventstore.chatapi import to_anthropic_messages, to_openai_messages
-    from eventstore.feed import AsyncFollower, Follower
-    from eventstore.records import AppendResult, Problem, RecordedEvent, Recovery, SessionInfo, VerifyReport
-    from eventstore.reducer import (
-        REDUCER_VERSION,
-        fold,
-        initial_state,
-        is_cancelled,
-        resumable,
-        session_reducer,
-    )
-    from eventstore.astreaming import AsyncStreamingTurn
-    from eventstore.asyncstore import AsyncEventStore
-    from eventstore.storage.urls import mask_url
-    from eventstore.store import EventStore
-    from eventstore.streaming import StreamingTurn
-    from eventstore.timetravel import ReplayStep
-    from eventstore.transfer import ImportResult
-    from eventstore.turns import ToolCall, Turn
+#: Every public name, grouped as the docs present them, with the module that defines it.
+#: The package loads a module on first use of one of its names (PEP 562), so that
+#: ``import eventstore`` and a command that needs only the SQLite store do not pay for
+#: SQLAlchemy's asyncio layer, the PostgreSQL driver or the cryptography of checkpoints.
+_PUBLIC: dict[str, dict[str, str]] = {
+    "the store": {
+        "EventStore": "eventstore.store",
+        "AsyncEventStore": "eventstore.async_store",
+        "AppendResult": "eventstore.core.records",
+        "RecordedEvent": "eventstore.core.records",
+        "Follower": "eventstore.core.feed_rules",
+        "AsyncFollower": "eventstore.core.feed_rules",
+        "SessionInfo": "eventstore.core.records",
+        "VerifyReport": "eventstore.core.records",
+        "Problem": "eventstore.core.records",
+        "SessionDiff": "eventstore.core.diff",
+        "CompactResult": "eventstore.features.compaction",
+        "ImportResult": "eventstore.features.transfer",
+        "ReplayStep": "eventstore.features.timetravel",
+        "Turn": "eventstore.core.turn_view",
+        "ToolCall": "eventstore.core.turn_view",
+    },
+    "streaming turns": {
+        "StreamingTurn": "eventstore.engine.turns",
+        "AsyncStreamingTurn": "eventstore.engine.async_turns",
+        "Recovery": "eventstore.core.records",
+        "to_openai_messages": "eventstore.core.chat_messages",
+        "to_anthropic_messages": "eventstore.core.chat_messages",
+    },
+    "the audit trail": {
+        "Checkpoint": "eventstore.core.checkpoints",
+        "generate_keypair": "eventstore.core.checkpoints",
+        "load_private_key": "eventstore.core.checkpoints",
+        "load_public_key": "eventstore.core.checkpoints",
+    },
+    "the pure core": {
+        "session_reducer": "eventstore.core.reducer",
+        "fold": "eventstore.core.reducer",
+        "resumable": "eventstore.core.reducer",
+        "is_cancelled": "eventstore.core.reducer",
+        "initial_state": "eventstore.core.reducer",
+        "parse_action": "eventstore.core.models",
+        "parse_actions": "eventstore.core.models",
+        "parse_action_json": "eventstore.core.models",
+        "parse_state": "eventstore.core.models",
+        "SessionState": "eventstore.core.models",
+    },
+    "typed actions and stream parts (what append accepts besides wire dicts)": {
+        "Action": "eventstore.core.models",
+        "SendAction": "eventstore.core.models",
+        "PartAction": "eventstore.core.models",
+        "ToolPhaseAction": "eventstore.core.models",
+        "StopAction": "eventstore.core.models",
+        "RetryAction": "eventstore.core.models",
+        "ResetAction": "eventstore.core.models",
+        "StreamPart": "eventstore.core.models",
+        "MessageStartPart": "eventstore.core.models",
+        "TextDeltaPart": "eventstore.core.models",
+        "ReasoningDeltaPart": "eventstore.core.models",
+        "ToolCallPart": "eventstore.core.models",
+        "ToolResultPart": "eventstore.core.models",
+        "ToolErrorPart": "eventstore.core.models",
+        "StepFinishPart": "eventstore.core.models",
+        "FinishPart": "eventstore.core.models",
+        "ErrorPart": "eventstore.core.models",
+        "REDUCER_VERSION": "eventstore.core.reducer",
+    },
+    "errors": {
+        "EventStoreError": "eventstore.errors",
+        "InvalidEvent": "eventstore.errors",
+        "EventIdConflict": "eventstore.errors",
+        "InvalidState": "eventstore.errors",
+        "ConcurrencyError": "eventstore.errors",
+        "SessionNotFound": "eventstore.errors",
+        "SessionExists": "eventstore.errors",
+        "VersionNotFound": "eventstore.errors",
+        "CompactedError": "eventstore.errors",
+        "SessionErased": "eventstore.errors",
+        "SessionClosed": "eventstore.errors",
+        "TurnStopped": "eventstore.errors",
+        "TurnBusy": "eventstore.errors",
+        "CheckpointError": "eventstore.errors",
+        "SchemaError": "eventstore.errors",
+        "StorageError": "eventstore.errors",
+    },
+    "ids and database URLs as people type them": {
+        "split_ref": "eventstore.core.ids",
+        "check_new_session_id": "eventstore.core.ids",
+        "mask_url": "eventstore.storage.urls",
+    },
+}
 
-#: Where each public name lives. The package loads a module on first use of one of its
-#: names (PEP 562), so that ``import eventstore`` and a command that needs only the SQLite
-#: store do not pay for SQLAlchemy's asyncio layer, the PostgreSQL driver or the
-#: cryptography used by checkpoints.
 _EXPORTS: dict[str, str] = {
-    "Checkpoint": "eventstore.checkpoint",
-    "generate_keypair": "eventstore.checkpoint",
-    "load_private_key": "eventstore.checkpoint",
-    "load_public_key": "eventstore.checkpoint",
-    "SessionDiff": "eventstore.diff",
-    "CheckpointError": "eventstore.errors",
-    "CompactedError": "eventstore.errors",
-    "ConcurrencyError": "eventstore.errors",
-    "EventIdConflict": "eventstore.errors",
-    "EventStoreError": "eventstore.errors",
-    "InvalidEvent": "eventstore.errors",
-    "InvalidState": "eventstore.errors",
-    "SchemaError": "eventstore.errors",
-    "SessionClosed": "eventstore.errors",
-    "SessionErased": "eventstore.errors",
-    "SessionExists": "eventstore.errors",
-    "SessionNotFound": "eventstore.errors",
-    "StorageError": "eventstore.errors",
-    "TurnBusy": "eventstore.errors",
-    "TurnStopped": "eventstore.errors",
-    "VersionNotFound": "eventstore.errors",
-    "CompactResult": "eventstore.compaction",
-    "check_new_session_id": "eventstore.ids",
-    "split_ref": "eventstore.ids",
-    "Action": "eventstore.models",
-    "ErrorPart": "eventstore.models",
-    "FinishPart": "eventstore.models",
-    "MessageStartPart": "eventstore.models",
-    "PartAction": "eventstore.models",
-    "ReasoningDeltaPart": "eventstore.models",
-    "ResetAction": "eventstore.models",
-    "RetryAction": "eventstore.models",
-    "SendAction": "eventstore.models",
-    "SessionState": "eventstore.models",
-    "StepFinishPart": "eventstore.models",
-    "StopAction": "eventstore.models",
-    "StreamPart": "eventstore.models",
-    "TextDeltaPart": "eventstore.models",
-    "ToolCallPart": "eventstore.models",
-    "ToolErrorPart": "eventstore.models",
-    "ToolPhaseAction": "eventstore.models",
-    "ToolResultPart": "eventstore.models",
-    "parse_action": "eventstore.models",
-    "parse_action_json": "eventstore.models",
-    "parse_actions": "eventstore.models",
-    "parse_state": "eventstore.models",
-    "to_anthropic_messages": "eventstore.chatapi",
-    "to_openai_messages": "eventstore.chatapi",
-    "AsyncFollower": "eventstore.feed",
-    "Follower": "eventstore.feed",
-    "AppendResult": "eventstore.records",
-    "Problem": "eventstore.records",
-    "RecordedEvent": "eventstore.records",
-    "Recovery": "eventstore.records",
-    "SessionInfo": "eventstore.records",
-    "VerifyReport": "eventstore.records",
-    "REDUCER_VERSION": "eventstore.reducer",
-    "fold": "eventstore.reducer",
-    "initial_state": "eventstore.reducer",
-    "is_cancelled": "eventstore.reducer",
-    "resumable": "eventstore.reducer",
-    "session_reducer": "eventstore.reducer",
-    "AsyncStreamingTurn": "eventstore.astreaming",
-    "AsyncEventStore": "eventstore.asyncstore",
-    "mask_url": "eventstore.storage.urls",
-    "EventStore": "eventstore.store",
-    "StreamingTurn": "eventstore.streaming",
-    "ReplayStep": "eventstore.timetravel",
-    "ImportResult": "eventstore.transfer",
-    "ToolCall": "eventstore.turns",
-    "Turn": "eventstore.turns",
+    name: module for group in _PUBLIC.values() for name, module in group.items()
 }
 
 __version__ = "0.1.0"
 
-__all__ = [
-    # the store
-    "EventStore",
-    "AsyncEventStore",
-    "AppendResult",
-    "RecordedEvent",
-    "Follower",
-    "AsyncFollower",
-    "SessionInfo",
-    "VerifyReport",
-    "Problem",
-    "SessionDiff",
-    "CompactResult",
-    "ImportResult",
-    "ReplayStep",
-    "Turn",
-    "ToolCall",
-    # streaming turns
-    "StreamingTurn",
-    "AsyncStreamingTurn",
-    "Recovery",
-    "to_openai_messages",
-    "to_anthropic_messages",
-    # the audit trail
-    "Checkpoint",
-    "generate_keypair",
-    "load_private_key",
-    "load_public_key",
-    # the pure core
-    "session_reducer",
-    "fold",
-    "resumable",
-    "is_cancelled",
-    "initial_state",
-    "parse_action",
-    "parse_actions",
-    "parse_action_json",
-    "parse_state",
-    "SessionState",
-    # typed actions and stream parts (what append accepts besides wire dicts)
-    "Action",
-    "SendAction",
-    "PartAction",
-    "ToolPhaseAction",
-    "StopAction",
-    "RetryAction",
-    "ResetAction",
-    "StreamPart",
-    "MessageStartPart",
-    "TextDeltaPart",
-    "ReasoningDeltaPart",
-    "ToolCallPart",
-    "ToolResultPart",
-    "ToolErrorPart",
-    "StepFinishPart",
-    "FinishPart",
-    "ErrorPart",
-    "REDUCER_VERSION",
-    # errors
-    "EventStoreError",
-    "InvalidEvent",
-    "EventIdConflict",
-    "InvalidState",
-    "ConcurrencyError",
-    "SessionNotFound",
-    "SessionExists",
-    "VersionNotFound",
-    "CompactedError",
-    "SessionErased",
-    "SessionClosed",
-    "TurnStopped",
-    "TurnBusy",
-    "CheckpointError",
-    "SchemaError",
-    "StorageError",
-    # ids and database URLs as people type them
-    "split_ref",
-    "check_new_session_id",
-    "mask_url",
-]
+__all__ = list(_EXPORTS)
+
+if TYPE_CHECKING:  # static checkers cannot follow the table: they read these imports
+    from eventstore.async_store import (
+        AsyncEventStore as AsyncEventStore,
+    )
+    from eventstore.core.chat_messages import (
+        to_anthropic_messages as to_anthropic_messages,
+    )
+    from eventstore.core.chat_messages import (
+        to_openai_messages as to_openai_messages,
+    )
+    from eventstore.core.checkpoints import (
+        Checkpoint as Checkpoint,
+    )
+    from eventstore.core.checkpoints import (
+        generate_keypair as generate_keypair,
+    )
+    from eventstore.core.checkpoints import (
+        load_private_key as load_private_key,
+    )
+    from eventstore.core.checkpoints import (
+        load_public_key as load_public_key,
+    )
+    from eventstore.core.diff import (
+        SessionDiff as SessionDiff,
+    )
+    from eventstore.core.feed_rules import (
+        AsyncFollower as AsyncFollower,
+    )
+    from eventstore.core.feed_rules import (
+        Follower as Follower,
+    )
+    from eventstore.core.ids import (
+        check_new_session_id as check_new_session_id,
+    )
+    from eventstore.core.ids import (
+        split_ref as split_ref,
+    )
+    from eventstore.core.models import (
+        Action as Action,
+    )
+    from eventstore.core.models import (
+        ErrorPart as ErrorPart,
+    )
+    from eventstore.core.models import (
+        FinishPart as FinishPart,
+    )
+    from eventstore.core.models import (
+        MessageStartPart as MessageStartPart,
+    )
+    from eventstore.core.models import (
+        PartAction as PartAction,
+    )
+    from eventstore.core.models import (
+        ReasoningDeltaPart as ReasoningDeltaPart,
+    )
+    from eventstore.core.models import (
+        ResetAction as ResetAction,
+    )
+    from eventstore.core.models import (
+        RetryAction as RetryAction,
+    )
+    from eventstore.core.models import (
+        SendAction as SendAction,
+    )
+    from eventstore.core.models import (
+        SessionState as SessionState,
+    )
+    from eventstore.core.models import (
+        StepFinishPart as StepFinishPart,
+    )
+    from eventstore.core.models import (
+        StopAction as StopAction,
+    )
+    from eventstore.core.models import (
+        StreamPart as StreamPart,
+    )
+    from eventstore.core.models import (
+        TextDeltaPart as TextDeltaPart,
+    )
+    from eventstore.core.models import (
+        ToolCallPart as ToolCallPart,
+    )
+    from eventstore.core.models import (
+        ToolErrorPart as ToolErrorPart,
+    )
+    from eventstore.core.models import (
+        ToolPhaseAction as ToolPhaseAction,
+    )
+    from eventstore.core.models import (
+        ToolResultPart as ToolResultPart,
+    )
+    from eventstore.core.models import (
+        parse_action as parse_action,
+    )
+    from eventstore.core.models import (
+        parse_action_json as parse_action_json,
+    )
+    from eventstore.core.models import (
+        parse_actions as parse_actions,
+    )
+    from eventstore.core.models import (
+        parse_state as parse_state,
+    )
+    from eventstore.core.records import (
+        AppendResult as AppendResult,
+    )
+    from eventstore.core.records import (
+        Problem as Problem,
+    )
+    from eventstore.core.records import (
+        RecordedEvent as RecordedEvent,
+    )
+    from eventstore.core.records import (
+        Recovery as Recovery,
+    )
+    from eventstore.core.records import (
+        SessionInfo as SessionInfo,
+    )
+    from eventstore.core.records import (
+        VerifyReport as VerifyReport,
+    )
+    from eventstore.core.reducer import (
+        REDUCER_VERSION as REDUCER_VERSION,
+    )
+    from eventstore.core.reducer import (
+        fold as fold,
+    )
+    from eventstore.core.reducer import (
+        initial_state as initial_state,
+    )
+    from eventstore.core.reducer import (
+        is_cancelled as is_cancelled,
+    )
+    from eventstore.core.reducer import (
+        resumable as resumable,
+    )
+    from eventstore.core.reducer import (
+        session_reducer as session_reducer,
+    )
+    from eventstore.core.turn_view import (
+        ToolCall as ToolCall,
+    )
+    from eventstore.core.turn_view import (
+        Turn as Turn,
+    )
+    from eventstore.engine.async_turns import (
+        AsyncStreamingTurn as AsyncStreamingTurn,
+    )
+    from eventstore.engine.turns import (
+        StreamingTurn as StreamingTurn,
+    )
+    from eventstore.errors import (
+        CheckpointError as CheckpointError,
+    )
+    from eventstore.errors import (
+        CompactedError as CompactedError,
+    )
+    from eventstore.errors import (
+        ConcurrencyError as ConcurrencyError,
+    )
+    from eventstore.errors import (
+        EventIdConflict as EventIdConflict,
+    )
+    from eventstore.errors import (
+        EventStoreError as EventStoreError,
+    )
+    from eventstore.errors import (
+        InvalidEvent as InvalidEvent,
+    )
+    from eventstore.errors import (
+        InvalidState as InvalidState,
+    )
+    from eventstore.errors import (
+        SchemaError as SchemaError,
+    )
+    from eventstore.errors import (
+        SessionClosed as SessionClosed,
+    )
+    from eventstore.errors import (
+        SessionErased as SessionErased,
+    )
+    from eventstore.errors import (
+        SessionExists as SessionExists,
+    )
+    from eventstore.errors import (
+        SessionNotFound as SessionNotFound,
+    )
+    from eventstore.errors import (
+        StorageError as StorageError,
+    )
+    from eventstore.errors import (
+        TurnBusy as TurnBusy,
+    )
+    from eventstore.errors import (
+        TurnStopped as TurnStopped,
+    )
+    from eventstore.errors import (
+        VersionNotFound as VersionNotFound,
+    )
+    from eventstore.features.compaction import (
+        CompactResult as CompactResult,
+    )
+    from eventstore.features.timetravel import (
+        ReplayStep as ReplayStep,
+    )
+    from eventstore.features.transfer import (
+        ImportResult as ImportResult,
+    )
+    from eventstore.storage.urls import (
+        mask_url as mask_url,
+    )
+    from eventstore.store import (
+        EventStore as EventStore,
+    )
 
 
 def __getattr__(name: str) -> Any:

@@ -315,7 +315,7 @@ def random_actions(rng: random.Random, n: int) -> list[dict[str, Any]]:
     Ids mostly refer to messages and calls that exist (so parts take effect), sometimes
     to unknown ones; parts are sometimes sent ``within`` a call, including calls of a
     nested run; ``stop``, ``retry`` and ``toolPhase`` appear regularly, ``reset`` rarely.
-    Every action passes :func:`eventstore.reducer.parse_action`.
+    Every action passes :func:`eventstore.core.reducer.parse_action`.
 
     Args:
         rng: the random generator (seed it for reproducible sequences).

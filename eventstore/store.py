@@ -9,41 +9,41 @@
         old = store.load("s1", version=0)     # any version
         alt = store.branch("s1", at=1)        # O(1) fork
 
-The machinery is in :mod:`eventstore.engine` (appends, loads, branches, the compaction
-primitive) over the pure :mod:`eventstore.planning`; the features are modules that take
-the engine: :mod:`eventstore.timetravel` (diff, replay, turns), :mod:`eventstore.compaction`,
-:mod:`eventstore.transfer` (export / import) and :mod:`eventstore.verify`. The wire
+The machinery is in :mod:`eventstore.engine.engine` (appends, loads, branches, the compaction
+primitive) over the pure :mod:`eventstore.core.appends`; the features are modules that take
+the engine: :mod:`eventstore.features.timetravel` (diff, replay, turns), :mod:`eventstore.features.compaction`,
+:mod:`eventstore.features.transfer` (export / import) and :mod:`eventstore.features.verify`. The wire
 format and the reducer's rules are described in ``docs/format.md``.
 
 One ``EventStore`` may be shared by many threads (a sync web server does exactly this):
 each thread gets its own pooled connection, and the per-process caches are taken and put
-back under a lock (see :class:`eventstore.planning.AppendPlanner`).
+back under a lock (see :class:`eventstore.core.appends.AppendPlanner`).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from types import TracebackType
 from datetime import timedelta
+from types import TracebackType
 from typing import IO, Any
 
-from . import audit, compaction, timetravel, transfer
-from . import report as reporting
-from . import verify as verifying
-from .checkpoint import Checkpoint
-from .compaction import CompactResult
-from .diff import SessionDiff
-from .engine import DEFAULT_SNAPSHOT_EVERY
-from .facade import StoreBase
-from .feed import Follower
-from .models import Action, SessionState
-from .records import AppendResult, RecordedEvent, Recovery, SessionInfo, VerifyReport
-from .streaming import DEFAULT_MAX_DELAY, StreamingTurn, TurnWriter
-from . import streaming
-from .timetravel import ReplayStep
-from .transfer import ImportResult
-from .turns import Turn
+from eventstore.core.checkpoints import Checkpoint
+from eventstore.core.diff import SessionDiff
+from eventstore.core.feed_rules import Follower
+from eventstore.core.models import Action, SessionState
+from eventstore.core.records import AppendResult, RecordedEvent, Recovery, SessionInfo, VerifyReport
+from eventstore.core.turn_view import Turn
+from eventstore.engine import turns as streaming
+from eventstore.engine.engine import DEFAULT_SNAPSHOT_EVERY
+from eventstore.engine.facade import StoreBase
+from eventstore.engine.turns import DEFAULT_MAX_DELAY, StreamingTurn, TurnWriter
+from eventstore.features import audit, compaction, timetravel, transfer
+from eventstore.features import report as reporting
+from eventstore.features import verify as verifying
+from eventstore.features.compaction import CompactResult
+from eventstore.features.timetravel import ReplayStep
+from eventstore.features.transfer import ImportResult
 
 __all__ = ["EventStore", "DEFAULT_SNAPSHOT_EVERY"]
 
@@ -282,20 +282,20 @@ class EventStore(StoreBase):
         archive: str | os.PathLike[str] | IO[str] | None = None,
         actor: str | None = None,
     ) -> CompactResult:
-        """Fold events ``1..upto`` into a baseline; see :func:`eventstore.compaction.compact`
+        """Fold events ``1..upto`` into a baseline; see :func:`eventstore.features.compaction.compact`
         (``actor`` is kept in the compaction record)."""
         return compaction.compact(self._engine, session, upto=upto, archive=archive, actor=actor)
 
     def compact_all(
         self, *, keep_last_turns: int, progress: Callable[[int, int, str], None] | None = None
     ) -> list[CompactResult]:
-        """Compact every session keeping its last N turns; see :func:`eventstore.compaction.compact_all`."""
+        """Compact every session keeping its last N turns; see :func:`eventstore.features.compaction.compact_all`."""
         return compaction.compact_all(self._engine, keep_last_turns=keep_last_turns, progress=progress)
 
     def import_(
         self, src: IO[str] | Iterable[str], *, progress: Callable[[int, int], None] | None = None
     ) -> list[ImportResult]:
-        """Recreate sessions from an export file; see :func:`eventstore.transfer.import_`."""
+        """Recreate sessions from an export file; see :func:`eventstore.features.transfer.import_`."""
         return transfer.import_(self._engine, src, progress=progress)
 
     # -- reads --------------------------------------------------------------------------
@@ -424,18 +424,18 @@ class EventStore(StoreBase):
     def diff(
         self, a: tuple[str, int | None], b: tuple[str, int | None], *, events: bool = False
     ) -> SessionDiff:
-        """Compare two refs ``(session, version | None)``; see :func:`eventstore.timetravel.diff`."""
+        """Compare two refs ``(session, version | None)``; see :func:`eventstore.features.timetravel.diff`."""
         return timetravel.diff(self._engine, a, b, events=events)
 
     def replay(
         self, session: str, *, after: int | None = None, upto: int | None = None
     ) -> Iterator[ReplayStep]:
         """Step through the fold event by event from the state at ``after`` up to ``upto``;
-        see :func:`eventstore.timetravel.replay`."""
+        see :func:`eventstore.features.timetravel.replay`."""
         return timetravel.replay(self._engine, session, after=after, upto=upto)
 
     def turns(self, session: str, *, upto: int | None = None) -> list[Turn]:
-        """One row per turn; see :func:`eventstore.timetravel.turns`."""
+        """One row per turn; see :func:`eventstore.features.timetravel.turns`."""
         return timetravel.turns(self._engine, session, upto=upto)
 
     def export(
@@ -446,7 +446,7 @@ class EventStore(StoreBase):
         progress: Callable[[int, int], None] | None = None,
     ) -> int:
         """Write a session as JSON Lines to a path or a text stream; see
-        :func:`eventstore.transfer.export`."""
+        :func:`eventstore.features.transfer.export`."""
         return transfer.export(self._engine, session, out, progress=progress)
 
     def verify(
@@ -459,7 +459,7 @@ class EventStore(StoreBase):
     ) -> VerifyReport:
         """Check the hash chain, turns, baselines and every snapshot against the fold of its
         events (one session, or all) and, given a signed ``checkpoint`` and its
-        ``public_key``, that the database still extends it; see :func:`eventstore.verify.verify`."""
+        ``public_key``, that the database still extends it; see :func:`eventstore.features.verify.verify`."""
         return verifying.verify(
             self._engine, session, checkpoint=checkpoint, public_key=public_key, progress=progress
         )
@@ -468,13 +468,13 @@ class EventStore(StoreBase):
 
     def checkpoint(self, private_key: bytes, *, origin: str | None = None) -> Checkpoint:
         """Sign every session's head (version, hash, baseline) with an Ed25519 key; see
-        :func:`eventstore.audit.checkpoint`. Keep the result where the database's owners
+        :func:`eventstore.features.audit.checkpoint`. Keep the result where the database's owners
         cannot rewrite it, and pass it to :meth:`verify` later."""
         return audit.checkpoint(self._engine, private_key, origin=origin)
 
     def erase(self, session: str, *, reason: str, actor: str | None = None) -> list[str]:
         """Erase a session and every branch forked from it, leaving tombstones; returns the
-        erased ids. See :func:`eventstore.audit.erase`."""
+        erased ids. See :func:`eventstore.features.audit.erase`."""
         return audit.erase(self._engine, session, reason=reason, actor=actor)
 
     def erase_older_than(
@@ -486,7 +486,7 @@ class EventStore(StoreBase):
         dry_run: bool = False,
     ) -> list[str]:
         """Erase every session whose last event is older than ``older_than`` (``"90d"`` or a
-        timedelta), with its branches; see :func:`eventstore.audit.erase_older_than`."""
+        timedelta), with its branches; see :func:`eventstore.features.audit.erase_older_than`."""
         return audit.erase_older_than(self._engine, older_than, reason=reason, actor=actor, dry_run=dry_run)
 
     def report(
@@ -500,7 +500,7 @@ class EventStore(StoreBase):
         public_key: bytes | None = None,
     ) -> str:
         """The audit report of a session as one self-contained HTML page; see
-        :mod:`eventstore.report`.
+        :mod:`eventstore.features.report`.
 
         Args:
             session: the session to report on.

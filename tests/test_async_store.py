@@ -31,9 +31,9 @@ from eventstore import (
     SessionNotFound,
     StorageError,
 )
-from eventstore.aio import run
-from eventstore.engine import Engine
-from eventstore.reducer import fold_json
+from eventstore.engine.async_bridge import run
+from eventstore.engine.engine import Engine
+from eventstore.core.reducer import fold_json
 
 T = TypeVar("T")
 

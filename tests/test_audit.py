@@ -33,10 +33,10 @@ from eventstore import (
     SessionNotFound,
     generate_keypair,
 )
-from eventstore.codec import recorded_hash
+from eventstore.core.codec import recorded_hash
 from eventstore.samples import chat_session
 from eventstore.storage import sqlite as sqlite_ddl
-from eventstore.storage.base import ZERO_HASH, EventRow
+from eventstore.core.rows import ZERO_HASH, EventRow
 from eventstore_cli.app import app
 
 pytestmark = pytest.mark.twins

@@ -13,11 +13,12 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.exc import DBAPIError
 
 from conftest import make_store
-from eventstore.codec import state_digest
+from eventstore.core.codec import state_digest
 from eventstore.errors import ConcurrencyError, SessionErased, StorageError
 from eventstore.samples import chat_session
 from eventstore.storage import open_storage
-from eventstore.storage.base import HASH_SIZE, NewSession, Storage
+from eventstore.core.rows import HASH_SIZE, NewSession
+from eventstore.storage.interface import Storage
 from eventstore import EventStore
 
 NOW = 1_796_040_000_000_000  # microseconds, a fixed instant

@@ -1,18 +1,23 @@
 """Layer boundaries, checked by walking imports with `ast` (no extra dependency).
 
-- the pure layers (reducer, models, diff) import nothing from storage, store or codec;
-- storage moves bytes: it imports nothing from the reducer, the models, the codec or the store;
-- only storage/postgres.py imports psycopg (migrations aside);
+The folders are the layers, and each rule below is one a newcomer can read off them:
+- `eventstore/core/` is pure: it imports nothing from the engine, features, storage or the
+  facades, no database driver or migration tool, no thread, event loop or clock;
+- `eventstore/features/` go through the engine: they import nothing from storage;
+- `eventstore/storage/` moves bytes and integers: it imports nothing from the engine, the
+  features, the facades, nor the core's domain modules (models, reducer, codec, diff), only
+  the rows it exchanges (`core.rows`) and the error tree;
+- only the PostgreSQL storage imports psycopg (migrations aside);
 - the CLI uses only the public names of `eventstore` (its `__all__`), plus the sample-data
   module for its demo;
-- nothing outside the facade (eventstore/store.py) imports the facade module, except the
-  package's `__init__` that re-exports it (the async twin, eventstore/asyncstore.py, and
-  their shared base, eventstore/facade.py, too);
+- nothing outside the facades (`eventstore/store.py`, `eventstore/async_store.py` and their
+  shared base) imports them, except the package's `__init__` that re-exports them;
 - nothing outside the facades reads their private attributes (`store._x`);
-- the engine and the modules under it import neither the CLI nor a facade;
+- the engine and the features import neither the CLI nor a facade;
 - no module reads another module's private (`_x`) names, and no function imports a module
   of the package in its body (a cycle dodged);
 - the package's import graph has no cycle.
+Each rule is also checked to fail when broken (`test_the_rules_catch_a_break`).
 """
 
 from __future__ import annotations
@@ -28,9 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "eventstore"
 
 
-def _imports(path: Path) -> list[tuple[str, list[str]]]:
-    """(absolute module, imported names) for every import in a file of the package."""
-    tree = ast.parse(path.read_text(), filename=str(path))
+def _imports_of(tree: ast.AST, path: Path) -> list[tuple[str, list[str]]]:
+    """(absolute module, imported names) for every import in a module of the package."""
     rel = path.relative_to(ROOT).with_suffix("")
     package = list(rel.parts[:-1])
     out: list[tuple[str, list[str]]] = []
@@ -51,6 +55,10 @@ def _imports(path: Path) -> list[tuple[str, list[str]]]:
     return out
 
 
+def _imports(path: Path) -> list[tuple[str, list[str]]]:
+    return _imports_of(ast.parse(path.read_text(), filename=str(path)), path)
+
+
 def _offenders(files: list[Path], forbidden: tuple[str, ...]) -> list[str]:
     bad = []
     for f in files:
@@ -60,34 +68,101 @@ def _offenders(files: list[Path], forbidden: tuple[str, ...]) -> list[str]:
     return bad
 
 
-@pytest.mark.parametrize("module", ["reducer", "models", "diff"])
-def test_pure_layers_import_no_storage(module: str) -> None:
-    path = PKG / f"{module}.py"
-    assert path.is_file()
-    forbidden = (
+#: What each layer may not import (module prefixes).
+DRIVERS = ("sqlalchemy", "psycopg", "alembic", "sqlite3", "aiosqlite")
+LAYER_RULES: dict[str, tuple[str, ...]] = {
+    "core": (
+        "eventstore.engine",
+        "eventstore.features",
         "eventstore.storage",
         "eventstore.store",
-        "eventstore.codec",
-        "sqlalchemy",
-        "psycopg",
-        "sqlite3",
-    )
-    assert _offenders([path], forbidden) == []
-
-
-def test_storage_moves_bytes_only() -> None:
-    files = sorted((PKG / "storage").glob("*.py"))
-    assert len(files) >= 6
-    forbidden = (
-        "eventstore.reducer",
-        "eventstore.models",
-        "eventstore.codec",
+        "eventstore.async_store",
+        "eventstore.integrations",
+        *DRIVERS,
+        "threading",
+        "asyncio",
+        "time",
+        "uuid",
+        "random",
+    ),
+    "features": ("eventstore.storage", "eventstore.store", "eventstore.async_store", *DRIVERS),
+    "storage": (
+        "eventstore.engine",
+        "eventstore.features",
         "eventstore.store",
-        "eventstore.diff",
+        "eventstore.async_store",
+        "eventstore.core.models",
+        "eventstore.core.reducer",
+        "eventstore.core.codec",
+        "eventstore.core.diff",
         "pydantic",
         "orjson",
-    )
-    assert _offenders(files, forbidden) == []
+    ),
+}
+#: Calls that read a clock or make an id: the core takes them as arguments instead.
+IMPURE_CALLS = {("datetime", "now"), ("datetime", "utcnow"), ("date", "today"), ("time", "time")}
+
+
+def _clock_reads(tree: ast.AST) -> list[str]:
+    return [
+        f"line {node.lineno} calls {node.func.value.id}.{node.func.attr}()"  # type: ignore[attr-defined]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and (node.func.value.id, node.func.attr) in IMPURE_CALLS
+    ]
+
+
+def _layer_breaks(layer: str, sources: dict[Path, str]) -> list[str]:
+    """Every import (and, in the core, every clock read) that breaks ``layer``'s rule."""
+    bad = []
+    for path, text in sources.items():
+        tree = ast.parse(text, filename=str(path))
+        for mod, _ in _imports_of(tree, path):
+            if any(mod == p or mod.startswith(p + ".") for p in LAYER_RULES[layer]):
+                bad.append(f"{path.relative_to(ROOT)} imports {mod}")
+        if layer == "core":
+            bad += [f"{path.relative_to(ROOT)} {hit}" for hit in _clock_reads(tree)]
+    return bad
+
+
+def _layer_sources(layer: str) -> dict[Path, str]:
+    files = sorted((PKG / layer).rglob("*.py"))
+    assert files, f"eventstore/{layer}/ has no modules"
+    return {f: f.read_text() for f in files}
+
+
+@pytest.mark.parametrize("layer", sorted(LAYER_RULES))
+def test_each_layer_keeps_its_rule(layer: str) -> None:
+    assert _layer_breaks(layer, _layer_sources(layer)) == []
+
+
+BREAKS = {
+    "core": "import threading\n",
+    "core ": "from datetime import datetime\nWHEN = datetime.now()\n",
+    "features": "from eventstore.storage.interface import Storage\n",
+    "storage": "from eventstore.core.models import parse_action\n",
+}
+
+
+@pytest.mark.parametrize("layer", sorted(BREAKS))
+def test_the_rules_catch_a_break(layer: str) -> None:
+    """Checked by breaking it: one added line in one module of the layer is caught."""
+    sources = _layer_sources(layer.strip())
+    victim = next(iter(sources))
+    sources[victim] = BREAKS[layer] + sources[victim]
+    assert _layer_breaks(layer.strip(), sources) != []
+
+
+def test_storage_rows_are_the_only_core_module_storage_sees() -> None:
+    used = {
+        mod
+        for f in sorted((PKG / "storage").rglob("*.py"))
+        for mod, _ in _imports(f)
+        if mod.startswith("eventstore.core")
+    }
+    assert used == {"eventstore.core.rows"}
 
 
 def test_only_the_postgres_module_imports_psycopg() -> None:
@@ -97,8 +172,12 @@ def test_only_the_postgres_module_imports_psycopg() -> None:
 
 
 def test_the_imports_walker_sees_relative_imports() -> None:
-    mods = {m for m, _ in _imports(PKG / "engine.py")}
-    assert {"eventstore.storage", "eventstore.reducer", "eventstore.codec"} <= mods
+    fake = PKG / "engine" / "example.py"
+    tree = ast.parse("from ..core import reducer\nfrom .planner import AppendPlanner\n")
+    assert _imports_of(tree, fake) == [
+        ("eventstore.core", ["reducer"]),
+        ("eventstore.engine.planner", ["AppendPlanner"]),
+    ]
 
 
 def test_cli_uses_only_public_eventstore_names() -> None:
@@ -122,17 +201,24 @@ def test_cli_uses_only_public_eventstore_names() -> None:
 
 
 def _py_files() -> list[Path]:
-    return sorted(p for d in ("eventstore", "cli", "benchmarks", "tests") for p in (ROOT / d).rglob("*.py"))
+    return sorted(
+        p for d in ("eventstore", "cli", "benchmarks", "tests") for p in (ROOT / d).rglob("*.py")
+    )
 
 
 #: The two public facades: EventStore and its asyncio twin.
-FACADES = (PKG / "store.py", PKG / "asyncstore.py", PKG / "facade.py")
+FACADES = (PKG / "store.py", PKG / "async_store.py", PKG / "engine" / "facade.py")
 
 
 def test_only_the_package_init_imports_the_facade_module() -> None:
     allowed = {*FACADES, PKG / "__init__.py"}
     files = [f for f in _py_files() if f not in allowed]
-    assert _offenders(files, ("eventstore.store", "eventstore.asyncstore", "eventstore.facade")) == []
+    assert (
+        _offenders(
+            files, ("eventstore.store", "eventstore.async_store", "eventstore.engine.facade")
+        )
+        == []
+    )
 
 
 def _private_reads(path: Path, names: tuple[str, ...]) -> list[str]:
@@ -182,14 +268,30 @@ def test_nothing_reads_the_facades_private_attributes() -> None:
     assert bad == []
 
 
-ENGINE_SIDE = ("engine", "planning", "validate", "timetravel", "compaction", "transfer", "verify", "aio")
+ENGINE_SIDE = sorted(
+    p
+    for layer in ("core", "engine", "features")
+    for p in (PKG / layer).glob("*.py")
+    if p.name != "facade.py"
+)
 
 
-@pytest.mark.parametrize("module", ENGINE_SIDE)
-def test_the_engine_imports_no_cli_and_no_facade(module: str) -> None:
-    path = PKG / f"{module}.py"
-    assert path.is_file()
-    assert _offenders([path], ("eventstore.store", "eventstore.asyncstore", "eventstore.facade", "eventstore_cli", "typer", "rich")) == []
+@pytest.mark.parametrize("path", ENGINE_SIDE, ids=lambda p: p.relative_to(PKG).as_posix())
+def test_the_engine_imports_no_cli_and_no_facade(path: Path) -> None:
+    assert (
+        _offenders(
+            [path],
+            (
+                "eventstore.store",
+                "eventstore.async_store",
+                "eventstore.engine.facade",
+                "eventstore_cli",
+                "typer",
+                "rich",
+            ),
+        )
+        == []
+    )
     assert "eventstore" not in {m for m, _ in _imports(path)}
 
 
@@ -198,7 +300,11 @@ def test_no_module_reads_another_modules_private_names() -> None:
     for f in sorted(PKG.rglob("*.py")):
         for mod, names in _imports(f):
             if mod.startswith("eventstore"):
-                bad += [f"{f.relative_to(ROOT)} imports {mod}.{n}" for n in names if n.startswith("_") and n != "__version__"]
+                bad += [
+                    f"{f.relative_to(ROOT)} imports {mod}.{n}"
+                    for n in names
+                    if n.startswith("_") and n != "__version__"
+                ]
     assert bad == []
 
 
@@ -216,7 +322,9 @@ def test_no_function_imports_a_package_module_in_its_body() -> None:
                 for node in ast.walk(fn):
                     if (f.relative_to(PKG).as_posix(), fn.name) in DEFERRED:
                         continue
-                    if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("eventstore")):
+                    if isinstance(node, ast.ImportFrom) and (
+                        node.level or (node.module or "").startswith("eventstore")
+                    ):
                         bad.append(f"{f.relative_to(ROOT)}:{node.lineno} imports in {fn.name}()")
     assert bad == []
 

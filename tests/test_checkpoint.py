@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 import orjson
 import pytest
 
-from eventstore.checkpoint import (
+from eventstore.core.checkpoints import (
     Checkpoint,
     CurrentSession,
     ErasedSession,
@@ -75,7 +75,7 @@ def test_json_round_trip_is_equal_and_sorted(keys: tuple[bytes, bytes]) -> None:
     assert [s.id for s in cp.sessions] == ["ada@example.com", "s1", "s2"]
     obj = orjson.loads(text)
     assert obj["created_at"] == "2026-11-30T12:00:00.123456Z"
-    assert obj["kind"] == "eventstore.checkpoint" and obj["format"] == 1
+    assert obj["kind"] == "eventstore.core.checkpoints" and obj["format"] == 1
     assert obj["sessions"][2] == {
         "id": "s2", "head": 40, "head_hash": h("s2@40").hex(),
         "baseline": 20, "baseline_hash": h("s2@20").hex(),
@@ -122,9 +122,9 @@ def test_edited_fields_are_refused_or_fail_the_signature(keys: tuple[bytes, byte
 
 def test_sign_refuses_bad_input(keys: tuple[bytes, bytes]) -> None:
     with pytest.raises(CheckpointError, match="password"):
-        sign_checkpoint([], keys[0], origin="postgresql://app:secret@db/chat")
+        sign_checkpoint([], keys[0], origin="postgresql://app:secret@db/chat", created_at=WHEN)
     with pytest.raises(CheckpointError, match="twice"):
-        sign_checkpoint([SessionHead("a", 1, h("a")), SessionHead("a", 2, h("b"))], keys[0], origin="db")
+        sign_checkpoint([SessionHead("a", 1, h("a")), SessionHead("a", 2, h("b"))], keys[0], origin="db", created_at=WHEN)
     with pytest.raises(CheckpointError):
         sign_checkpoint([], keys[0], origin="db", created_at=datetime(2026, 1, 1))
     with pytest.raises(CheckpointError):
@@ -134,7 +134,7 @@ def test_sign_refuses_bad_input(keys: tuple[bytes, bytes]) -> None:
     with pytest.raises(CheckpointError):
         SessionHead("a", 1, h("a"), baseline=2, baseline_hash=h("b"))
     with pytest.raises(CheckpointError):
-        sign_checkpoint([], keys[1], origin="db")  # the public key cannot sign
+        sign_checkpoint([], keys[1], origin="db", created_at=WHEN)  # the public key cannot sign
 
 
 def test_what_extends_a_checkpoint_and_what_does_not(keys: tuple[bytes, bytes]) -> None:

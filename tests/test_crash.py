@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, text
 
-from eventstore.reducer import fold
+from eventstore.core.reducer import fold
 from eventstore.samples import chat_session, random_actions
 from eventstore import EventStore
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from eventstore.diff import LineageSegment as Seg
-from eventstore.diff import Ref, describe_message_change, diff_states, find_base
+from eventstore.core.diff import LineageSegment as Seg
+from eventstore.core.diff import Ref, describe_message_change, diff_states, find_base
 
 
 def test_base_of_same_session_is_the_older_version() -> None:
@@ -95,7 +95,7 @@ def test_repeated_message_ids_are_kept_apart() -> None:
 
 
 def test_session_diff_describe_is_readable() -> None:
-    from eventstore.diff import SessionDiff
+    from eventstore.core.diff import SessionDiff
 
     left = {"messages": [_msg("u-1", "user", {"type": "text", "text": "hi"}),
                          _msg("a-1", "assistant", {"type": "text", "text": "Hel"})], "status": "streaming"}

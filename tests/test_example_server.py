@@ -15,7 +15,7 @@ import httpx
 import orjson
 import pytest
 
-from eventstore.reducer import fold_json
+from eventstore.core.reducer import fold_json
 
 ROOT = Path(__file__).resolve().parents[1]
 

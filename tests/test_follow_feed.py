@@ -39,7 +39,7 @@ from sqlalchemy import Engine, create_engine, text
 from conftest import make_store
 from eventstore import AsyncEventStore, EventStore, Follower, InvalidEvent, RecordedEvent, SessionNotFound, VersionNotFound
 from eventstore.errors import StorageError
-from eventstore.feed import BAND_PAGE
+from eventstore.core.feed_rules import BAND_PAGE
 from test_replicas import _replicated, _sql, _wait_until_paused, replica_url  # noqa: F401 - a fixture
 from test_restart import PrivateCluster
 
@@ -319,8 +319,8 @@ def test_bands_hand_out_every_row_once_in_order() -> None:
     transaction of many rows, ids that wrote nothing; read below a barrier."""
     import random
 
-    from eventstore.feed import Bands, FeedKey
-    from eventstore.storage.base import FeedRow
+    from eventstore.core.feed_rules import Bands, FeedKey
+    from eventstore.storage.interface import FeedRow
 
     rnd = random.Random(7)
     xacts = [rnd.randrange(10**6) for _ in range(3000)] + [500_000] * (BAND_PAGE * 5 // 2) + list(range(10, 40))
@@ -460,7 +460,7 @@ def test_a_page_whose_read_transaction_fails_before_it_ends_is_read_again(
     statement, so its reply is what gets lost; on SQLite the end-of-page check fails). The
     retried read must hand that page out, not start after it. (A real restart in the
     middle of a feed is the restart test above.)"""
-    from eventstore.engine import Engine
+    from eventstore.engine.engine import Engine
 
     with make_store(db_url) as store:
         store.append("a", [_send(0)])
@@ -762,7 +762,7 @@ def test_postgresql_a_band_read_that_loses_its_connection_at_once_is_sent_again(
     more, so even a feed that must not wait (``idle_timeout=0``) gets its events."""
     from contextlib import contextmanager
 
-    from eventstore.engine import Engine
+    from eventstore.engine.engine import Engine
 
     with make_store(pg_schema) as store:
         store.append("a", [_send(0)])

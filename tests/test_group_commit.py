@@ -27,8 +27,8 @@ from eventstore import (
     SessionClosed,
     StorageError,
 )
-from eventstore.groupcommit import AppendGroup
-from eventstore.reducer import fold_json
+from eventstore.engine.group_commit import AppendGroup
+from eventstore.core.reducer import fold_json
 
 N = 12
 

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from eventstore import samples
 from eventstore.errors import EventStoreError, InvalidEvent
-from eventstore.models import parse_action, parse_action_json
+from eventstore.core.models import parse_action, parse_action_json
 
 pytestmark = pytest.mark.twins  # only the tests that use the `store` fixture
 

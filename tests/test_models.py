@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from eventstore.errors import InvalidEvent
-from eventstore.models import (
+from eventstore.core.models import (
     ACTION_TYPES,
     PART_TYPES,
     ErrorPart,

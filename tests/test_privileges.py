@@ -23,7 +23,7 @@ from eventstore.errors import CompactedError, SessionErased, StorageError
 from eventstore.samples import chat_session
 from eventstore import EventStore
 from eventstore.storage import open_storage
-from eventstore.storage.base import Erasure
+from eventstore.core.rows import Erasure
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "security.md"
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from eventstore.errors import InvalidEvent
-from eventstore.models import PartAction, SendAction, SessionState, TextDeltaPart, ToolPhaseAction
-from eventstore.reducer import (
+from eventstore.core.models import PartAction, SendAction, SessionState, TextDeltaPart, ToolPhaseAction
+from eventstore.core.reducer import (
     REDUCER_VERSION,
     apply_action,
     fold,

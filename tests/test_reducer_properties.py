@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import action_lists, actions
 
-from eventstore.models import SessionState, parse_action
-from eventstore.reducer import apply_action, fold, fold_json, initial_state, resumable, session_reducer
+from eventstore.core.models import SessionState, parse_action
+from eventstore.core.reducer import apply_action, fold, fold_json, initial_state, resumable, session_reducer
 from eventstore.samples import random_actions
 
 FAST = settings(max_examples=100, deadline=None)

@@ -34,7 +34,7 @@ from eventstore import (
     VersionNotFound,
     generate_keypair,
 )
-from eventstore.report import INTERRUPTED
+from eventstore.features.report import INTERRUPTED
 from eventstore_cli.app import app
 
 

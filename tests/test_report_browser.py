@@ -32,7 +32,7 @@ from report_sessions import (
 )
 
 from eventstore import EventStore
-from eventstore.report import INTERRUPTED
+from eventstore.features.report import INTERRUPTED
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"

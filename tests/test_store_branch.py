@@ -9,7 +9,7 @@ import pytest
 
 from conftest import make_store
 from eventstore.errors import InvalidEvent, SessionExists, SessionNotFound, VersionNotFound
-from eventstore.reducer import fold_json
+from eventstore.core.reducer import fold_json
 from eventstore.samples import random_actions
 from eventstore import EventStore
 

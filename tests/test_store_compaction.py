@@ -1,6 +1,6 @@
 """Compaction without an archive (the engine's primitive, Engine.compact_baseline), on both backends.
 
-compact() with archives is built on it in eventstore/compaction.py; here: the baseline
+compact() with archives is built on it in eventstore/features/compaction.py; here: the baseline
 snapshot, the guarded delete, CompactedError below the cut, everything at or above the
 cut unchanged, branches untouched, verify passing before and after.
 """
@@ -16,10 +16,10 @@ from sqlalchemy.exc import DBAPIError
 
 from conftest import make_store
 from eventstore.errors import CompactedError, SessionNotFound, VersionNotFound
-from eventstore.reducer import fold_json
+from eventstore.core.reducer import fold_json
 from eventstore.samples import random_actions
 from eventstore import EventStore
-from eventstore import engine as engine_module
+from eventstore.engine import engine as engine_module
 
 pytestmark = [pytest.mark.twins, pytest.mark.usefixtures("twin")]
 

@@ -19,12 +19,12 @@ from eventstore.errors import (
     StorageError,
     VersionNotFound,
 )
-from eventstore.reducer import REDUCER_VERSION, fold_json
+from eventstore.core.reducer import REDUCER_VERSION, fold_json
 from eventstore.samples import random_actions
 from eventstore import EventStore
-from eventstore import engine as engine_module
-from eventstore import planning as planning_module
-from eventstore import verify as verify_module
+from eventstore.engine import engine as engine_module
+from eventstore.core import appends as planning_module
+from eventstore.features import verify as verify_module
 
 pytestmark = [pytest.mark.twins, pytest.mark.usefixtures("twin")]
 

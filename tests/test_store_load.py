@@ -15,7 +15,7 @@ import pytest
 from conftest import BACKENDS, PARTITIONED, make_store
 from sqlalchemy import Engine, text
 
-import eventstore.engine as store_mod
+import eventstore.engine.engine as store_mod
 from eventstore.errors import (
     InvalidEvent,
     SessionErased,
@@ -23,7 +23,7 @@ from eventstore.errors import (
     StorageError,
     VersionNotFound,
 )
-from eventstore.reducer import fold_json
+from eventstore.core.reducer import fold_json
 from eventstore.samples import chat_session, random_actions
 from eventstore import EventStore
 
@@ -38,14 +38,13 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 def test_storage_slices_digests_of_the_codecs_size() -> None:
-    from eventstore import codec
-    from eventstore.storage import base
+    from eventstore.core import codec, rows
 
-    assert base.DIGEST_SIZE == codec.DIGEST_SIZE
+    assert rows.DIGEST_SIZE == codec.DIGEST_SIZE
 
 
 def _split(digests: bytes) -> list[bytes]:
-    from eventstore.codec import DIGEST_SIZE
+    from eventstore.core.codec import DIGEST_SIZE
 
     return [digests[i : i + DIGEST_SIZE] for i in range(0, len(digests), DIGEST_SIZE)]
 
@@ -53,7 +52,7 @@ def _split(digests: bytes) -> list[bytes]:
 def test_chunks_join_to_the_message_array_and_share_unchanged_prefixes() -> None:
     import hashlib
 
-    from eventstore.codec import DIGEST_SIZE, SnapshotCodec
+    from eventstore.core.codec import DIGEST_SIZE, SnapshotCodec
 
     state = fold_json(None, chat_session(6, seed=2))
     n = len(state["messages"])
@@ -73,7 +72,7 @@ def test_chunks_join_to_the_message_array_and_share_unchanged_prefixes() -> None
 @pytest.mark.parametrize("chunk", [1, 3, 16])
 def test_snapshots_of_any_chunk_size_load_alike(db_url: str, chunk: int) -> None:
     # chunk 1 is the format of stores written before chunks: still read the same.
-    from eventstore.codec import SnapshotCodec
+    from eventstore.core.codec import SnapshotCodec
 
     actions = chat_session(4, seed=chunk)
     make_store(db_url).close()

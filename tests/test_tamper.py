@@ -173,7 +173,7 @@ def test_an_edit_with_a_recomputed_hash_still_breaks_the_chain(
     """An attacker who rewrites event 9 and recomputes *its* hash is caught at event 10:
     the next link no longer matches. (Rewriting the whole chain up to the head, head hash
     included, is only detectable against a head hash kept elsewhere: docs/security.md.)"""
-    from eventstore.codec import chain_hash
+    from eventstore.core.codec import chain_hash
 
     with _as_attacker(admin, backend) as conn:
         pk = _pk(conn, "victim")
@@ -248,7 +248,7 @@ def test_the_chain_hash_format_is_pinned() -> None:
     """
     import hashlib
 
-    from eventstore.codec import chain_hash
+    from eventstore.core.codec import chain_hash
 
     prev = bytes(range(32))
     header = b'[1,"s",5,null,"part",1,123,null]'

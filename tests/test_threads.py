@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from conftest import make_store
 from eventstore import ConcurrencyError, EventStore, SessionNotFound, StorageError
-from eventstore.reducer import fold_json
+from eventstore.core.reducer import fold_json
 
 THREADS = 16
 OWN = 12

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eventstore.diff import diff_states
+from eventstore.core.diff import diff_states
 from eventstore.errors import CompactedError, InvalidEvent, SessionExists, VersionNotFound
-from eventstore.reducer import fold_json
+from eventstore.core.reducer import fold_json
 from eventstore.samples import chat_session, demo_conversation, random_actions
 from eventstore import EventStore
 

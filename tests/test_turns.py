@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from eventstore.reducer import fold_json
+from eventstore.core.reducer import fold_json
 from eventstore.samples import demo_conversation
-from eventstore.turns import build_turns
+from eventstore.core.turn_view import build_turns
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

@@ -31,9 +31,9 @@ from eventstore import (
     TurnStopped,
     fold,
 )
-from eventstore.engine import Engine
-from eventstore.report import INTERRUPTED
-from eventstore.streaming import StreamingTurn, TurnWriter
+from eventstore.engine.engine import Engine
+from eventstore.features.report import INTERRUPTED
+from eventstore.engine.turns import StreamingTurn, TurnWriter
 
 # Every test that takes `store` runs on the sync store and on the async twin (the writer
 # processes are sync: the two forms work on one database at the same time).

@@ -31,7 +31,7 @@ from benchmarks.peers.base import (
     pg_base_url,
     pg_size,
 )
-from eventstore.reducer import fold_json
+from eventstore.core.reducer import fold_json
 
 _NS = uuid.UUID("6f1c2b1e-0d7a-4c55-9d0e-4a4b3f7e2c10")
 

@@ -33,7 +33,7 @@ from benchmarks.peers.base import (
     pg_size,
     pg_url,
 )
-from eventstore.reducer import fold_json
+from eventstore.core.reducer import fold_json
 
 try:  # beta API; absent before langgraph 1.2
     from langgraph.channels.delta import DeltaChannel

@@ -16,7 +16,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from benchmarks.peers.base import Action, State, db_name, fresh_database, pg_size, pg_url
-from eventstore.reducer import fold_json
+from eventstore.core.reducer import fold_json
 
 DDL = """
 CREATE TABLE events (

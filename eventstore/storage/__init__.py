@@ -12,17 +12,10 @@ from typing import Any
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SAWarning
 
-from ..errors import StorageError
-from .base import (
-    ZERO_HASH,
-    EventRow,
-    NewSession,
-    Segment,
-    SessionRow,
-    SnapshotRow,
-    Storage,
-)
-from .urls import check_driver, mask_url, quote_password
+from eventstore.core.rows import ZERO_HASH, EventRow, NewSession, Segment, SessionRow, SnapshotRow
+from eventstore.errors import StorageError
+from eventstore.storage.interface import Storage
+from eventstore.storage.urls import check_driver, mask_url, quote_password
 
 # Options that only a PostgreSQL storage understands (refused for SQLite, not ignored).
 _POSTGRES_ONLY = ("replicas", "max_replica_lag", "replica_wait", "partitions")
@@ -64,7 +57,9 @@ def open_storage(url: str, **options: Any) -> Storage:
         backend = parsed.get_backend_name()
         driver = parsed.drivername.partition("+")[2] or None
     except Exception as exc:  # noqa: BLE001 - any parse failure is the caller's URL
-        raise StorageError(f"not a database URL: {mask_url(url)} ({_first_line(exc, url)})") from exc
+        raise StorageError(
+            f"not a database URL: {mask_url(url)} ({_first_line(exc, url)})"
+        ) from exc
     refused = check_driver(backend, driver)
     if refused is not None:
         raise StorageError(f"{refused} (in {mask_url(url)})")
@@ -73,25 +68,27 @@ def open_storage(url: str, **options: Any) -> Storage:
             # e.g. query arguments the SQLite driver would silently ignore
             warnings.simplefilter("error", SAWarning)
             if backend == "sqlite":
-                from .sqlite import SQLiteStorage
+                from eventstore.storage.sqlite import SQLiteStorage
 
                 for name in _POSTGRES_ONLY:
                     value = options.get(name)
                     # Asking for none of it is fine: no replicas, zero partitions.
-                    if not (value is None or value in ([], ()) or (type(value) is int and value == 0)):
+                    if not (
+                        value is None or value in ([], ()) or (type(value) is int and value == 0)
+                    ):
                         raise StorageError(
                             f"{name} needs PostgreSQL; {mask_url(url)} is SQLite "
                             "(see docs/scaling.md)"
                         )
                     options.pop(name, None)
                 return SQLiteStorage(url, **options)
-            from .postgres import PostgresStorage
+            from eventstore.storage.postgres import PostgresStorage
 
             if options.get("replicas") in (None, [], ()):
                 for name in ("replicas", "max_replica_lag", "replica_wait"):
                     options.pop(name, None)
                 return PostgresStorage(url, **options)
-            from .replicas import ReplicatedPostgresStorage
+            from eventstore.storage.replicas import ReplicatedPostgresStorage
 
             return ReplicatedPostgresStorage(url, **options)
     except (ImportError, ArgumentError, SAWarning) as exc:

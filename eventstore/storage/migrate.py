@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection
 
-from .schema import VERSION_TABLE
+from eventstore.storage.schema import VERSION_TABLE
 
 if TYPE_CHECKING:
     from alembic.config import Config

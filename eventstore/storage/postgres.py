@@ -39,10 +39,9 @@ from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.util import await_
 
-from ..errors import SchemaError, StorageError
-from .base import (
-    Band,
+from eventstore.core.rows import (
     DIGEST_SIZE,
+    Band,
     EventRow,
     FeedBarrier,
     LoadParts,
@@ -50,11 +49,12 @@ from .base import (
     SessionRow,
     SnapshotRow,
     TurnBatch,
-    Tx,
 )
-from .schema import BRIN_PAGES_PER_RANGE, events
-from .sql import Compiled, ErrorKind, SqlStorage, session_row
-from .watch import AsyncProbe, Probe, Signal
+from eventstore.errors import SchemaError, StorageError
+from eventstore.storage.interface import Tx
+from eventstore.storage.schema import BRIN_PAGES_PER_RANGE, events
+from eventstore.storage.sql import Compiled, ErrorKind, SqlStorage, session_row
+from eventstore.storage.watch import AsyncProbe, Probe, Signal
 
 __all__ = [
     "PostgresStorage",
@@ -267,7 +267,7 @@ _KEY_PARAM = "(%(pk)s::int + (now() IS NULL)::int)"
 # only if it is still what the writer saw (the version check built in; the UPDATE takes
 # the session's row lock), insert the batch from arrays, and store the snapshots the batch
 # reaches with the message blobs they add. Each event's feed number is the transaction's
-# id, raised to the session's previous event's (see eventstore/feed.py). Every insert
+# id, raised to the session's previous event's (see eventstore/core/feed_rules.py). Every insert
 # selects FROM moved, so nothing at all is written when the head had moved on. Arrays and bytes are sent in binary (%b):
 # psycopg's text quoting of a hundred bytea elements costs milliseconds.
 _APPEND_FAST = """
@@ -646,7 +646,7 @@ class _NotifySignal(Signal):
 class _HotConnections:
     """The async engine's autocommit connections for its one-statement appends and loads.
 
-    Used from engine code running in a greenlet (see :mod:`eventstore.aio`), on one event
+    Used from engine code running in a greenlet (see :mod:`eventstore.engine.async_bridge`), on one event
     loop. The connections stay in autocommit, so a statement costs one awaited round trip
     and nothing else: no pool events, no autocommit switching, no reset on return (what
     the SQLAlchemy pool would add, about as much client CPU as psycopg's own work). At most
@@ -854,7 +854,7 @@ class PostgresStorage(SqlStorage):
             "echo": echo,
         }
         # With use_asyncio the engine is the sync face of an asyncio engine over psycopg's
-        # AsyncConnection: it is used inside a greenlet (see eventstore.asyncstore), and
+        # AsyncConnection: it is used inside a greenlet (see eventstore.async_store), and
         # every round trip awaits on the event loop.
         self._hot_pool: _HotConnections | None = None
         if use_asyncio:

@@ -43,10 +43,11 @@ from sqlalchemy import BigInteger, Float, case, cast, extract, func, literal_col
 from sqlalchemy.engine import make_url
 from sqlalchemy.util import await_
 
-from ..errors import StorageError
-from .base import Band, EventRow, LoadParts, SnapshotRow, TurnBatch, Tx
-from .postgres import PostgresStorage
-from .sql import Compiled, SqlStorage, mask_url
+from eventstore.core.rows import Band, EventRow, LoadParts, SnapshotRow, TurnBatch
+from eventstore.errors import StorageError
+from eventstore.storage.interface import Tx
+from eventstore.storage.postgres import PostgresStorage
+from eventstore.storage.sql import Compiled, SqlStorage, mask_url
 
 __all__ = ["ReplicatedPostgresStorage", "read_only_url", "DEFAULT_MAX_REPLICA_LAG"]
 

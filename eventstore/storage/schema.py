@@ -124,7 +124,7 @@ events = Table(
     PrimaryKeyConstraint("session_pk", "version"),
     # PostgreSQL only: a BRIN index (a few bytes per range of 16 pages, not an entry per
     # event): transaction ids grow with insertion order, so each range covers a narrow
-    # band of them and the feed reads bounded bands (see eventstore/feed.py).
+    # band of them and the feed reads bounded bands (see eventstore/core/feed_rules.py).
     Index(
         "ix_events_xact",
         "xact",

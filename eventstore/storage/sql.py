@@ -7,10 +7,10 @@ locking, "insert unless present" / upsert, and how a driver error is classified.
 from __future__ import annotations
 
 import enum
-from dataclasses import fields
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import fields
 from typing import Any
 
 from sqlalchemy import (
@@ -36,15 +36,11 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.util import await_only
 
-from ..errors import ConcurrencyError, EventStoreError, SchemaError, StorageError
-from .base import (
+from eventstore.core.rows import (
     DIGEST_SIZE,
-    AsyncChangeWatcher,
     Band,
-    ChangeWatcher,
     CompactionRow,
     Erasure,
-    EventIdRace,
     EventRow,
     FeedBarrier,
     FeedRow,
@@ -54,13 +50,12 @@ from .base import (
     SessionControl,
     SessionRow,
     SnapshotRow,
-    Storage,
     TombstoneRow,
     TurnBatch,
-    Tx,
 )
-from .watch import AsyncProbe, Notifier, Probe, Signal, TaskWatcher, ThreadWatcher
-from .schema import (
+from eventstore.errors import ConcurrencyError, EventStoreError, SchemaError, StorageError
+from eventstore.storage.interface import AsyncChangeWatcher, ChangeWatcher, EventIdRace, Storage, Tx
+from eventstore.storage.schema import (
     VERSION_TABLE,
     compaction_permits,
     compactions,
@@ -70,7 +65,8 @@ from .schema import (
     snapshots,
     tombstones,
 )
-from .urls import mask_url
+from eventstore.storage.urls import mask_url
+from eventstore.storage.watch import AsyncProbe, Notifier, Probe, Signal, TaskWatcher, ThreadWatcher
 
 __all__ = [
     "ErrorKind",
@@ -497,7 +493,7 @@ class SqlStorage(Storage):
 
     def _new_xact(self) -> Any:
         """The feed number of an inserted event, as a SQL expression over its bound
-        ``session_pk`` and ``version`` (see ``eventstore/feed.py``)."""
+        ``session_pk`` and ``version`` (see ``eventstore/core/feed_rules.py``)."""
         raise NotImplementedError
 
     def _feed_barrier(self) -> Any:
@@ -657,7 +653,7 @@ class SqlStorage(Storage):
     # -- schema -------------------------------------------------------------------------
 
     def migrate(self) -> None:
-        from .migrate import upgrade
+        from eventstore.storage.migrate import upgrade
 
         with self._errors(), self.engine.connect() as conn:
             self._begin_write(conn)

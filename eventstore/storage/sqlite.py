@@ -21,10 +21,10 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import AsyncAdaptedQueuePool
 
-from .base import EventRow, SnapshotRow
-from .schema import events, feed_clock
-from .sql import ErrorKind, SqlStorage
-from .watch import AsyncProbe, Probe
+from eventstore.core.rows import EventRow, SnapshotRow
+from eventstore.storage.schema import events, feed_clock
+from eventstore.storage.sql import ErrorKind, SqlStorage
+from eventstore.storage.watch import AsyncProbe, Probe
 
 __all__ = [
     "SQLiteStorage",
@@ -283,7 +283,7 @@ class _DataVersionProbe(Probe):
 
 def _async_engine(url: str, echo: bool, pool_size: int) -> Engine:
     """The sync face of an aiosqlite engine: used inside a greenlet (see
-    :mod:`eventstore.asyncstore`), each statement awaits the connection's own thread.
+    :mod:`eventstore.async_store`), each statement awaits the connection's own thread.
 
     aiosqlite runs every connection on a dedicated thread, so a statement that waits for
     the write lock (``busy_timeout``) blocks that thread, never the event loop.

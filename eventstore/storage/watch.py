@@ -27,7 +27,7 @@ import weakref
 from abc import ABC, abstractmethod
 from typing import Any
 
-from .base import AsyncChangeWatcher, ChangeWatcher
+from eventstore.storage.interface import AsyncChangeWatcher, ChangeWatcher
 
 __all__ = ["Probe", "ThreadWatcher", "AsyncProbe", "TaskWatcher", "Signal", "Notifier"]
 

@@ -1,0 +1,375 @@
+"""The rows storage stores and returns: frozen records of ids, integers and bytes.
+
+Both sides speak these: the storage backends read and write them, the pure planning in
+:mod:`eventstore.core.appends` and :mod:`eventstore.core.turn_rules` computes them, and
+nothing in them is a domain object (an action or a state is only ever its bytes here).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+__all__ = [
+    "ZERO_HASH",
+    "DIGEST_SIZE",
+    "HASH_SIZE",
+    "SessionRow",
+    "NewSession",
+    "EventRow",
+    "SnapshotRow",
+    "Segment",
+    "LoadParts",
+    "CompactionRow",
+    "TombstoneRow",
+    "Erasure",
+    "FeedRow",
+    "FeedBarrier",
+    "Band",
+    "SessionControl",
+    "TurnBatch",
+]
+
+#: The hash a root session's first event chains from.
+ZERO_HASH = b"\x00" * 32
+
+#: Bytes per message digest in a snapshot's ``message_digests`` (the codec's
+#: ``DIGEST_SIZE``; storage only slices the concatenation, it never computes one).
+DIGEST_SIZE = 16
+
+#: Bytes of a chain hash (SHA-256).
+HASH_SIZE = 32
+
+@dataclass(frozen=True, slots=True)
+class SessionRow:
+    """One row of ``sessions``.
+
+    Attributes:
+        pk: surrogate key the events refer to.
+        id: the session id callers use.
+        parent_pk: the session this one was branched from, or ``None`` for a root.
+        fork_version: the parent version the branch starts from (``None`` for a root).
+        head: the newest version (a fresh branch's head is its fork version).
+        head_hash: the hash of the event at ``head`` (the chain's tip).
+        head_turn: the turn number at ``head``.
+        baseline: versions below this were compacted away (0 = never compacted).
+        baseline_hash: the hash at ``baseline`` (the chain restarts from it).
+        baseline_turn: the turn number at ``baseline``.
+        created_at: microseconds since the Unix epoch, UTC.
+    """
+
+    pk: int
+    id: str
+    parent_pk: int | None
+    fork_version: int | None
+    head: int
+    head_hash: bytes
+    head_turn: int
+    baseline: int
+    baseline_hash: bytes | None
+    baseline_turn: int
+    created_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class NewSession:
+    """A session row to insert (root: no parent, head 0; branch: parent + fork point)."""
+
+    id: str
+    created_at: int
+    parent_pk: int | None = None
+    fork_version: int | None = None
+    head: int = 0
+    head_hash: bytes = ZERO_HASH
+    head_turn: int = 0
+    baseline: int = 0
+    baseline_hash: bytes | None = None
+    baseline_turn: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class EventRow:
+    """One row of ``events``: an immutable, hash-chained record of one action.
+
+    Attributes:
+        session_pk: the session that recorded the event.
+        version: its position in the session (1-based, continuing a parent's numbering).
+        event_id: the caller's idempotency id, or ``None``.
+        type: the action type (``send``, ``part``, ...).
+        turn: number of ``send`` events up to and including this one.
+        payload: canonical JSON bytes of the action.
+        recorded_at: microseconds since the Unix epoch, UTC.
+        actor: who recorded it, or ``None``.
+        metadata: canonical JSON bytes of a JSON object, or ``None``.
+        hash: SHA-256 of the previous hash and this event's canonical envelope.
+    """
+
+    session_pk: int
+    version: int
+    event_id: str | None
+    type: str
+    turn: int
+    payload: bytes
+    recorded_at: int
+    actor: str | None
+    metadata: bytes | None
+    hash: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotRow:
+    """One row of ``snapshots``: the state after ``version`` events, by reference.
+
+    Attributes:
+        session_pk: the session whose version this is.
+        version: the state is the fold of events ``1..version`` of the session's lineage.
+        reducer_version: the reducer that produced it; others are never served.
+        rest: canonical JSON of the state without its messages.
+        message_digests: the digests of the message chunks, concatenated in order;
+            each names a row of ``snapshot_blobs``.
+    """
+
+    session_pk: int
+    version: int
+    reducer_version: int
+    rest: bytes
+    message_digests: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """Versions ``after < v <= upto`` of a lineage that live in session ``session_pk``."""
+
+    session_pk: int
+    after: int
+    upto: int
+
+
+@dataclass(frozen=True, slots=True)
+class LoadParts:
+    """Everything a load of a root session needs, read by one statement.
+
+    Attributes:
+        row: the session row, or ``None`` when there is no such session.
+        complete: ``False`` when the session is a branch (its lineage is read the
+            general way); the fields below are then empty.
+        snap_version: the version of the snapshot used (0: none, fold from the start).
+        rest: the snapshot's ``rest`` bytes, or ``None`` without a snapshot.
+        messages: the snapshot's message bodies joined by commas, in order (no brackets).
+        n_digests: how many messages the snapshot lists.
+        n_found: how many of them have a blob (fewer: a blob is missing).
+        tail: the payloads of the events after the snapshot up to the version, joined by
+            commas in version order (no brackets).
+        n_tail: how many events ``tail`` holds.
+    """
+
+    row: SessionRow | None
+    complete: bool = False
+    snap_version: int = 0
+    rest: bytes | None = None
+    messages: bytes = b""
+    n_digests: int = 0
+    n_found: int = 0
+    tail: bytes = b""
+    n_tail: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionRow:
+    """One row of ``compactions``: a compaction bound to the chain.
+
+    Attributes:
+        session_pk: the session compacted.
+        upto: the new baseline version.
+        previous_baseline: the baseline before (0: first compaction).
+        baseline_hash: the chain hash at ``upto``.
+        baseline_turn: the turn number at ``upto``.
+        state_digest: the store's digest of the state at ``upto`` (what the baseline
+            snapshot must hash to).
+        first_version: the version of the first hash in ``removed_hashes``.
+        removed_hashes: the chain hashes of the session's own versions
+            ``first_version..upto``, 32 bytes each, in version order.
+        compacted_at: microseconds since the Unix epoch, UTC.
+        actor: who compacted (``None`` when not given).
+    """
+
+    session_pk: int
+    upto: int
+    previous_baseline: int
+    baseline_hash: bytes
+    baseline_turn: int
+    state_digest: bytes
+    first_version: int
+    removed_hashes: bytes
+    compacted_at: int
+    actor: str | None
+
+    def hash_at(self, version: int) -> bytes | None:
+        """The chain hash this compaction recorded for ``version``, or ``None``."""
+        i = version - self.first_version
+        if i < 0 or (i + 1) * HASH_SIZE > len(self.removed_hashes):
+            return None
+        return self.removed_hashes[i * HASH_SIZE : (i + 1) * HASH_SIZE]
+
+
+@dataclass(frozen=True, slots=True)
+class TombstoneRow:
+    """One row of ``tombstones``: a session erased on request.
+
+    Attributes:
+        session_id: the erased session's id (never reused).
+        head: its head version when erased.
+        head_hash: the chain hash at that head.
+        erased_at: microseconds since the Unix epoch, UTC.
+        actor: who erased it (``None`` when not given).
+        reason: why.
+        erased_with: the id of the session whose erasure took this branch with it;
+            ``None`` for the session the erasure named.
+    """
+
+    session_id: str
+    head: int
+    head_hash: bytes
+    erased_at: int
+    actor: str | None
+    reason: str
+    erased_with: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Erasure:
+    """What :meth:`Storage.erase_session` removed.
+
+    Attributes:
+        tombstones: one per erased session, the named one first, then its branches
+            (parents before children).
+        events: event rows deleted.
+        snapshots: snapshot rows deleted.
+        blob_candidates: digests the deleted snapshots referenced; pass them to
+            :meth:`Storage.collect_blobs` to remove those no other snapshot uses.
+    """
+
+    tombstones: tuple[TombstoneRow, ...]
+    events: int
+    snapshots: int
+    blob_candidates: frozenset[bytes]
+
+
+class FeedRow(NamedTuple):
+    """One event as the feed reads it: the columns of its row (as :class:`EventRow`),
+    its feed number and its session's id. A tuple, built straight from the driver's row:
+    the feed reads events by the thousand.
+
+    The feed's order is ``(xact, session_pk, version)``.
+    """
+
+    session_pk: int
+    version: int
+    event_id: str | None
+    type: str
+    turn: int
+    payload: bytes
+    recorded_at: int
+    actor: str | None
+    metadata: bytes | None
+    hash: bytes
+    xact: int
+    session_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class FeedBarrier:
+    """Where the feed may read up to, now.
+
+    Attributes:
+        below: only rows with ``xact < below`` are final (PostgreSQL: the oldest running
+            transaction id); ``None`` when every committed row is final (SQLite).
+        pending: committed rows at or above ``below`` exist (they wait for an older
+            transaction to end).
+    """
+
+    below: int | None
+    pending: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Band:
+    """One band of a banded feed, as :meth:`Storage.read_band` read it.
+
+    Attributes:
+        below: the barrier the band was read under (as :attr:`FeedBarrier.below`).
+        rows: the band's events in feed order.
+        pending: committed rows at or above ``below`` exist, in the same snapshot.
+    """
+
+    below: int
+    rows: list[FeedRow]
+    pending: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SessionControl:
+    """Who may write a session's stream, and whether it is closed (from ``sessions``).
+
+    Attributes:
+        pk: the session's surrogate key.
+        head: its newest version.
+        head_hash: the chain hash at ``head``.
+        writer: the token of the streaming turn that holds the session's lease, or ``None``.
+        writer_seen: when that turn last flushed or renewed its lease (microseconds since
+            the Unix epoch), or ``None``.
+        closed_at: when the session was closed to writes (microseconds), or ``None``.
+        closed_reason: why it was closed, or ``None``.
+        head_type: the action type of the event at ``head`` when it is the session's own
+            (``None`` for a branch still at its fork point, or when not read).
+        head_payload: that event's payload bytes (``None`` likewise).
+        head_recorded_at: that event's ``recorded_at`` (``None`` likewise).
+    """
+
+    pk: int
+    head: int
+    head_hash: bytes
+    writer: str | None
+    writer_seen: int | None
+    closed_at: int | None
+    closed_reason: str | None
+    head_type: str | None = None
+    head_payload: bytes | None = None
+    head_recorded_at: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TurnBatch:
+    """What one streaming turn writes in a group commit (:meth:`Storage.append_batches`).
+
+    Attributes:
+        session_pk: the session.
+        old_head: the head the turn last saw; the batch is written only if it still is.
+        old_hash: the chain hash at ``old_head``.
+        writer: the turn's lease token; the batch is written only if it still holds it.
+            ``None``: a plain append (a group commit of appends), which neither checks nor
+            changes the lease.
+        seen_at: the new ``writer_seen`` (microseconds).
+        rows: the events (may be empty: then the batch only renews the lease and checks
+            that nothing else was appended).
+        head_turn: the turn number after the last row.
+        snapshots: the snapshot rows the batch reaches.
+        blobs: the message blobs they add.
+        release: give the lease up (``writer`` becomes ``NULL``) with this batch.
+        claim: take the lease (the batch opens a turn, or goes on after the turn's run
+            ended): written only if no turn holds it. With ``release`` too, the lease is
+            checked free and stays free.
+    """
+
+    session_pk: int
+    old_head: int
+    old_hash: bytes
+    writer: str | None
+    seen_at: int
+    rows: Sequence[EventRow]
+    head_turn: int
+    snapshots: Sequence[SnapshotRow] = ()
+    blobs: Mapping[bytes, bytes] = field(default_factory=dict)
+    release: bool = False
+    claim: bool = False

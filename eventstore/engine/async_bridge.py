@@ -1,0 +1,119 @@
+"""The bridge that lets the one engine serve asyncio callers: greenlets, as in SQLAlchemy.
+
+:class:`~eventstore.engine.engine.Engine` and the feature modules are written once, as plain
+functions over a :class:`~eventstore.storage.Storage`. The asyncio twin does not copy
+them: it gives the engine a storage whose SQLAlchemy engine is the sync face of an
+asyncio engine (psycopg's ``AsyncConnection`` on PostgreSQL, aiosqlite's per-connection
+thread on SQLite) and runs each engine call with :func:`run`, inside a greenlet. Every
+database round trip then suspends that greenlet and awaits the driver on the event loop
+(SQLAlchemy's ``await_``); nothing blocks the loop but the Python work between two round
+trips (validation, encoding, hashing, one fold). No thread pool, no nested event loop.
+
+Adding an async twin of a new engine method is one line in the facade::
+
+    async def feed(self, session: str) -> list[Item]:
+        return await run(self._engine.feed, session)
+
+and :func:`iterate` turns an engine method returning an iterator into an async iterator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any, TypeVar
+
+from sqlalchemy.util import greenlet_spawn
+
+from eventstore.core.feed_rules import Live, wait_arg
+from eventstore.core.records import RecordedEvent
+from eventstore.errors import StorageError
+from eventstore.storage.interface import AsyncChangeWatcher
+
+__all__ = ["run", "iterate", "live", "STEPS_PER_SWITCH"]
+
+T = TypeVar("T")
+
+#: Items an async iterator pulls from the engine's iterator per greenlet switch (one
+#: storage chunk of a history; a replay folds this many single events at most).
+STEPS_PER_SWITCH = 1000
+
+
+async def run(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """Call ``fn(*args, **kwargs)`` in a greenlet whose database I/O awaits on this loop.
+
+    ``fn`` is engine code over an asyncio-backed storage. Its exceptions propagate as they
+    are (the same :class:`~eventstore.errors.EventStoreError` the sync store raises).
+    """
+    return await greenlet_spawn(fn, *args, **kwargs)
+
+
+def _take(it: Iterator[T], n: int) -> list[T]:
+    out: list[T] = []
+    for item in it:
+        out.append(item)
+        if len(out) == n:
+            break
+    return out
+
+
+async def iterate(
+    fn: Callable[..., Iterator[T]], /, *args: Any, **kwargs: Any
+) -> AsyncIterator[T]:
+    """An async iterator over what ``fn(*args, **kwargs)`` yields.
+
+    ``fn`` runs (its argument checks and first reads included) when iteration starts; the
+    items are then pulled in slices of :data:`STEPS_PER_SWITCH`, each slice in a greenlet,
+    so the storage reads they need await on the loop as well.
+    """
+    it = await run(fn, *args, **kwargs)
+    while True:
+        items = await run(_take, it, STEPS_PER_SWITCH)
+        for item in items:
+            yield item
+        if len(items) < STEPS_PER_SWITCH:
+            return
+
+
+async def live(
+    make_plan: Callable[[], Live], watcher: AsyncChangeWatcher, others_committed: Callable[[], None]
+) -> AsyncIterator[RecordedEvent]:
+    """The async driver of a follower's plan (``Engine.follow_plan`` / ``feed_plan``): the
+    same decisions as the sync one (:meth:`eventstore.engine.engine.Engine._live`), with the
+    reads run in greenlets and the waits awaited on the storage's async watcher.
+
+    The plan is made (arguments checked, the session looked up) when iteration starts.
+    ``others_committed`` is the storage's hook for a wake-up (see
+    :meth:`eventstore.storage.interface.Storage.others_committed`).
+    """
+    plan = await run(make_plan)
+    while True:
+        chunk = await run(_take, plan.past, STEPS_PER_SWITCH)
+        for ev in chunk:
+            if not plan.handing_out(ev):
+                return
+            yield ev
+        if len(chunk) < STEPS_PER_SWITCH:
+            break
+    plan.past_done(time.monotonic())
+    while not plan.state.closed:
+        seen = await watcher.generation()
+        try:
+            batch, pending, full = await run(plan.read)
+        except StorageError as exc:
+            delay = plan.after_failure(exc.retryable, time.monotonic())
+            if delay is None:
+                raise
+            await asyncio.sleep(delay)
+            continue
+        plan.read_ok()
+        for ev in batch:
+            if not plan.handing_out(ev):
+                return
+            yield ev
+        wait = plan.after_read(bool(batch), pending, full, time.monotonic())
+        if wait is None:
+            return
+        if wait and await watcher.wait(seen, wait_arg(wait)) != seen:
+            others_committed()

@@ -1,0 +1,376 @@
+"""Verify: recompute the hash chain and check every snapshot against the fold of its events.
+
+Also checked: turn numbers, the baseline snapshot of a compacted session against its
+compaction record (the record keeps the digest of the baseline state and the hash at the
+baseline), event rows below the baseline against the hashes the compaction recorded, and,
+given a signed checkpoint, that the database still extends it
+(:func:`eventstore.core.checkpoints.check_checkpoint`). One session that cannot be checked is a
+finding about that session; it never stops the others.
+
+:func:`verify` takes an :class:`~eventstore.engine.engine.Engine` and reads rows;
+:class:`ChainCheck` is the pure half (rows in, :class:`~eventstore.core.records.Problem` records
+out), so an async store reuses it unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from eventstore.core.appends import State, segments
+from eventstore.core.checkpoints import Checkpoint, CurrentSession, ErasedSession, check_checkpoint
+from eventstore.core.codec import decode_payload, recorded_hash, state_digest
+from eventstore.core.records import Problem, VerifyReport, to_datetime
+from eventstore.core.reducer import REDUCER_VERSION, fold_json
+from eventstore.core.rows import (
+    ZERO_HASH,
+    CompactionRow,
+    EventRow,
+    SessionRow,
+    SnapshotRow,
+    TombstoneRow,
+)
+from eventstore.core.validation import MAX_VERSION
+from eventstore.engine.engine import HISTORY_CHUNK, Engine, Tx
+from eventstore.errors import CheckpointError, SessionErased
+
+__all__ = ["ChainCheck", "verify", "hash_in_lineage"]
+
+
+class ChainCheck:
+    """The checks of one session's lineage, fed its events in version order.
+
+    Args:
+        row: the session checked.
+        names: session id by pk, for every session of its lineage.
+        state: the state at the session's baseline (``None``: never compacted).
+        snapshots: the snapshots it can be served, by version.
+    """
+
+    def __init__(
+        self,
+        row: SessionRow,
+        names: Mapping[int, str],
+        state: State | None,
+        snapshots: Mapping[int, SnapshotRow],
+    ) -> None:
+        self.row = row
+        self.names = names
+        self.state = state
+        self.snapshots = snapshots
+        self.problems: list[Problem] = []
+        self.events = 0
+        self.checked_snapshots = 0
+        self.expected = row.baseline + 1
+        self.prev = (row.baseline_hash or ZERO_HASH) if row.baseline else ZERO_HASH
+        self.turn = row.baseline_turn if row.baseline else 0
+        self._pending: list[dict[str, Any]] = []
+
+    def problem(self, version: int, kind: str, message: str) -> None:
+        """Record a finding about this session."""
+        self.problems.append(Problem(self.row.id, version, kind, message))
+
+    def event(self, e: EventRow) -> SnapshotRow | None:
+        """Check the next event; returns the snapshot due at it, if any (the caller decodes
+        it and passes the state to :meth:`snapshot`)."""
+        who = self.names[e.session_pk]
+        where = f"session {who!r} version {e.version}"
+        if who != self.row.id:
+            where += f" (inherited by {self.row.id!r})"
+        if e.version != self.expected:
+            self.problem(
+                e.version, "missing-events", f"{where}: versions {self.expected}..{e.version - 1} are missing"
+            )
+        self.expected = e.version + 1
+        if recorded_hash(self.prev, who, e) != e.hash:
+            self.problem(e.version, "hash-mismatch", f"{where}: hash mismatch (the event or its chain was altered)")
+        self.prev = e.hash
+        turn = self.turn + (1 if e.type == "send" else 0)
+        if e.turn != turn:
+            self.problem(e.version, "turn-mismatch", f"{where}: turn {e.turn}, expected {turn}")
+        self.turn = e.turn
+        self.events += 1
+        try:
+            self._pending.append(decode_payload(e.payload))
+        except Exception:  # noqa: BLE001 - a corrupt payload is a finding
+            self.problem(e.version, "bad-payload", f"{where}: payload is not valid JSON")
+            self._pending.append({"type": "stop"})
+        return self.snapshots.get(e.version)
+
+    def snapshot(self, snap: SnapshotRow, stored: State) -> None:
+        """Compare a snapshot's stored state with the fold of the events up to it."""
+        self.state = fold_json(self.state, self._pending)
+        self._pending = []
+        self.checked_snapshots += 1
+        if stored != self.state:
+            self.problem(
+                snap.version,
+                "snapshot-mismatch",
+                f"session {self.names[snap.session_pk]!r} version {snap.version}: "
+                "snapshot differs from the fold of its events",
+            )
+
+    def finish(self, beyond: EventRow | None) -> None:
+        """The checks after the last event: nothing missing up to the head, the head hash
+        matches the chain, and no row was forged past the head (``beyond``)."""
+        row = self.row
+        if self.expected != row.head + 1:
+            self.problem(
+                self.expected,
+                "missing-events",
+                f"session {row.id!r} version {self.expected}: events {self.expected}..{row.head} are missing",
+            )
+        elif row.head > row.baseline and self.prev != row.head_hash:
+            self.problem(
+                row.head, "head-hash", f"session {row.id!r} version {row.head}: head hash does not match the chain"
+            )
+        elif row.head_turn != self.turn:
+            self.problem(
+                row.head,
+                "head-turn",
+                f"session {row.id!r} version {row.head}: the session's head turn is {row.head_turn}, "
+                f"its events say {self.turn}",
+            )
+        if beyond is not None:
+            self.problem(
+                beyond.version,
+                "beyond-head",
+                f"session {row.id!r} version {beyond.version}: event rows beyond the head "
+                f"({row.head}) were written behind the library's back",
+            )
+
+
+def verify(
+    engine: Engine,
+    session: Any = None,
+    *,
+    checkpoint: Any = None,
+    public_key: Any = None,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> VerifyReport:
+    """Check integrity: the hash chain, turns, and that snapshots equal the fold of their events.
+
+    For each session, the chain is recomputed over its whole lineage (the inherited prefix
+    included; from the baseline hash after a compaction), versions must be contiguous up
+    to the head, turn numbers must count the ``send`` events, every snapshot made by this
+    reducer version must equal the fold of the events it stands for, and a baseline must
+    match its compaction record. A session that cannot be read is reported (kind
+    ``unreadable``) and the others are still checked.
+
+    With a ``checkpoint``, the database must also still extend it (see
+    :func:`eventstore.core.checkpoints.check_checkpoint`): an anchored event changed, removed,
+    reordered or re-created, a vanished session or a bad signature is a problem naming the
+    session; an erasure through the API is a notice.
+
+    Args:
+        engine: the engine.
+        session: one session; ``None`` checks every session.
+        checkpoint: a :class:`~eventstore.core.checkpoints.Checkpoint` to verify against.
+        public_key: the Ed25519 public key (PEM bytes) it must be signed with; required
+            with ``checkpoint``.
+        progress: called as ``progress(done, total, session)`` after each session.
+
+    Returns:
+        A :class:`VerifyReport` over every session checked.
+
+    Raises:
+        InvalidEvent: an argument is malformed.
+        CheckpointError: ``checkpoint`` is not a Checkpoint, or the key is missing or unusable.
+        SessionNotFound: ``session`` does not exist.
+    """
+    engine.validate.progress(progress)
+    if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
+        raise CheckpointError(f"checkpoint must be a Checkpoint, not {type(checkpoint).__name__}")
+    if (checkpoint is None) != (public_key is None):
+        raise CheckpointError("verifying against a checkpoint needs both checkpoint= and public_key=")
+    notices: list[Problem] = []
+    if session is None:
+        rows = engine.session_rows()
+        with engine.storage.read() as tx:
+            marks = engine.storage.list_tombstones(tx)
+        notices += [_erased(m) for m in marks]
+    else:
+        try:
+            rows = [engine.session_row(session)]
+        except SessionErased:
+            with engine.storage.read() as tx:
+                mark = engine.storage.get_tombstone(tx, session)
+            assert mark is not None
+            rows, notices = [], [_erased(mark)]
+    problems: list[Problem] = []
+    n_events = n_snaps = 0
+    for i, row in enumerate(rows, 1):
+        try:
+            check = _check_one(engine, row)
+        except Exception as exc:  # noqa: BLE001 - one unreadable session is a finding, never the end of the audit
+            problems.append(Problem(row.id, row.head, "unreadable", f"session {row.id!r}: cannot be checked: {exc}"))
+        else:
+            problems += check.problems
+            n_events += check.events
+            n_snaps += check.checked_snapshots
+        if progress is not None:
+            progress(i, len(rows), row.id)
+    if checkpoint is not None:
+        for p in _against_checkpoint(engine, checkpoint, public_key):
+            # Findings about the checkpoint as a whole (a bad signature) have no session:
+            # they hold whichever session is asked about.
+            if session is None or p.session in ("", session):
+                (notices if p.kind == "erased" else problems).append(p)
+        notices = list({(n.session, n.kind): n for n in notices}.values())
+    return VerifyReport(
+        ok=not problems,
+        problems=problems,
+        sessions=[r.id for r in rows],
+        events=n_events,
+        snapshots=n_snaps,
+        notices=notices,
+        checkpoint=None if checkpoint is None else checkpoint.created_at.isoformat(),
+    )
+
+
+def _erased(mark: TombstoneRow) -> Problem:
+    by = f" by {mark.actor!r}" if mark.actor else ""
+    via = f" (a branch of {mark.erased_with!r}, erased with it)" if mark.erased_with else ""
+    return Problem(
+        mark.session_id,
+        mark.head,
+        "erased",
+        f"session {mark.session_id!r} was erased{by} at {to_datetime(mark.erased_at).isoformat()}{via}: {mark.reason}",
+    )
+
+
+def _against_checkpoint(engine: Engine, checkpoint: Checkpoint, public_key: Any) -> list[Problem]:
+    """The checkpoint's findings as problems (version: the anchored head, 0 for the whole)."""
+    st = engine.storage
+    heads: list[CurrentSession | ErasedSession] = []
+    with st.read() as tx:
+        rows = {r.id: r for r in st.list_sessions(tx)}
+        marks = {m.session_id: m for m in st.list_tombstones(tx)}
+        lineages: dict[int, list[SessionRow]] = {}
+        for anchored in checkpoint.sessions:
+            row = rows.get(anchored.id)
+            if row is not None:
+                lineage = lineages.setdefault(row.pk, engine.lineage(tx, row))
+                at = hash_in_lineage(engine, tx, lineage, anchored.head) if anchored.head <= row.head else None
+                heads.append(CurrentSession(row.id, row.head, row.head_hash, row.baseline, row.baseline_hash, at))
+            elif anchored.id in marks:
+                m = marks[anchored.id]
+                heads.append(ErasedSession(m.session_id, m.head, m.head_hash, to_datetime(m.erased_at), m.actor, m.reason))
+    found = check_checkpoint(checkpoint, public_key, heads)
+    return [
+        Problem(
+            p.session or "",
+            a.head if p.session and (a := checkpoint.session(p.session)) is not None else 0,
+            p.kind,
+            p.message,
+        )
+        for p in found
+    ]
+
+
+def hash_in_lineage(engine: Engine, tx: Tx, lineage: list[SessionRow], version: int) -> bytes | None:
+    """The chain hash the database holds now at ``version`` of the lineage's last session:
+    the event row's, or the one a compaction recorded for it."""
+    if version == 0:
+        return ZERO_HASH
+    for seg in segments(lineage, version):
+        if seg.after < version <= seg.upto:
+            return engine.storage.recorded_hash(tx, seg.session_pk, version)
+    return None
+
+
+def _baseline_record(engine: Engine, tx: Tx, lineage: list[SessionRow]) -> list[CompactionRow]:
+    """The compaction records of the lineage's sessions at the last session's baseline."""
+    row = lineage[-1]
+    return [
+        rec for r in reversed(lineage) for rec in engine.storage.list_compactions(tx, r.pk) if rec.upto == row.baseline
+    ]
+
+
+def _check_baseline(engine: Engine, tx: Tx, lineage: list[SessionRow], state: State, check: ChainCheck) -> None:
+    """The baseline state and hash against the compaction that made them."""
+    row = lineage[-1]
+    where = f"session {row.id!r} version {row.baseline}"
+    recs = _baseline_record(engine, tx, lineage)
+    if not recs:
+        check.problem(
+            row.baseline,
+            "unrecorded-baseline",
+            f"{where}: the baseline has no compaction record (compacted before revision 0002, "
+            "or written behind the library's back); its snapshot cannot be checked",
+        )
+        return
+    if not any(r.baseline_hash == row.baseline_hash and r.baseline_turn == row.baseline_turn for r in recs):
+        check.problem(
+            row.baseline,
+            "baseline-mismatch",
+            f"{where}: the session's baseline hash or turn is not the one its compaction recorded",
+        )
+    if not any(r.state_digest == state_digest(state) for r in recs):
+        check.problem(
+            row.baseline,
+            "baseline-mismatch",
+            f"{where}: the baseline snapshot is not the state its compaction recorded (it was rewritten)",
+        )
+
+
+def _check_below_baseline(engine: Engine, tx: Tx, row: SessionRow, check: ChainCheck) -> None:
+    """Event rows a compaction left below the baseline (those branches read) must be the
+    ones it recorded; any other row there was forged."""
+    st = engine.storage
+    fork = row.fork_version or 0
+    if row.baseline <= fork:
+        return
+    recs = st.list_compactions(tx, row.pk)
+    if not recs:
+        return  # reported as an unrecorded baseline
+    lo = fork
+    while lo < row.baseline:
+        events = st.read_events(tx, row.pk, after=lo, upto=row.baseline, limit=HISTORY_CHUNK)
+        if not events:
+            break
+        for e in events:
+            if not any(r.hash_at(e.version) == e.hash for r in recs):
+                check.problem(
+                    e.version,
+                    "below-baseline",
+                    f"session {row.id!r} version {e.version}: an event row below the baseline "
+                    f"({row.baseline}) that no compaction recorded was written behind the library's back",
+                )
+        lo = events[-1].version
+
+
+def _check_one(engine: Engine, row: SessionRow) -> ChainCheck:
+    st = engine.storage
+    with st.read() as tx:
+        lineage = engine.lineage(tx, row)
+        segs = segments(lineage, row.head)
+        start = row.baseline
+        # Snapshots this session can be served, by version (baselines stand for deleted
+        # events and cannot be checked against them).
+        snaps: dict[int, SnapshotRow] = {}
+        for seg in segs:
+            for s in st.list_snapshots(tx, seg.session_pk, after=max(seg.after, start), upto=seg.upto):
+                if s.reducer_version == REDUCER_VERSION:
+                    snaps[s.version] = s
+        base_state = engine.state_at(tx, row, start) if start else None
+        check = ChainCheck(row, {r.pk: r.id for r in lineage}, base_state, snaps)
+        if base_state is not None:
+            _check_baseline(engine, tx, lineage, base_state, check)
+            _check_below_baseline(engine, tx, row, check)
+        for seg in segs:
+            lo = max(seg.after, start)
+            while lo < seg.upto:
+                events = st.read_events(tx, seg.session_pk, after=lo, upto=seg.upto, limit=HISTORY_CHUNK)
+                if not events:
+                    break
+                for e in events:
+                    snap = check.event(e)
+                    if snap is not None:
+                        check.snapshot(snap, engine.decode_snapshot(tx, snap))
+                lo = events[-1].version
+        # INSERT is allowed to the application, so rows can be forged past the head too;
+        # they are outside the chain walked above and would block the next append.
+        beyond = st.read_events(tx, row.pk, after=row.head, upto=MAX_VERSION, limit=1)
+        check.finish(beyond[0] if beyond else None)
+    return check
