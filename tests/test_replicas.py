@@ -74,12 +74,24 @@ def _replica_ctl(*args: str) -> None:
 def _until_a_replica_serves(store: EventStore, session: str) -> None:
     """Read until a read is served by the replica: it has replayed all this store saw."""
     start = _reads(store)["replica"]
-    for _ in range(1000):
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
         store.head(session)
         if _reads(store)["replica"] > start:
             return
         time.sleep(0.01)
     pytest.fail("the replica never caught up")
+
+
+def _until_replay_is_behind(replica: str, seconds: float) -> None:
+    """Wait until the replica's last replayed commit is ``seconds`` old by its own clock."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        (behind,) = _sql(replica, "SELECT extract(epoch FROM now() - pg_last_xact_replay_timestamp())")[0]
+        if behind is not None and float(behind) >= seconds:
+            return
+        time.sleep(0.01)
+    pytest.fail(f"the replica's replay never fell {seconds} s behind")
 
 
 def _wait_until_paused(replica: str) -> None:
@@ -176,7 +188,7 @@ def test_a_stopped_replica_is_skipped_and_the_primary_answers(
     finally:
         _replica_ctl("start")
     # Back up: after its pause it is probed again, catches up and serves reads again.
-    time.sleep(1.1)
+    _until_a_replica_serves(replicated, "s1")
     assert replicated.load("s1").to_json() == plain.load("s1").to_json()
     assert _reads(replicated)["replica"] > after["replica"]
 
@@ -195,7 +207,7 @@ def test_a_replica_paused_past_the_lag_bound_is_skipped(
             # Written by another store: this one's read-your-writes position does not move,
             # only the replica's lag can send the read to the primary.
             plain.append("s1", [{"type": "stop"}], expected_version=1)
-            time.sleep(0.6)  # twice the bound: the replay has been stuck that long
+            _until_replay_is_behind(replica_url, 0.6)  # twice the bound
             assert _sql(replica_url, "SELECT count(*) FROM events")[0][0] == 1
             before = _reads(replicated)
             assert replicated.head("s1") == 2

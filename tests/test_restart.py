@@ -311,6 +311,13 @@ def cluster() -> Iterator[PrivateCluster]:
         c.close()
 
 
+def _until_acked(writer: Writer, n: int) -> None:
+    deadline = time.monotonic() + 60
+    while len(writer.acked) < n:
+        assert time.monotonic() < deadline, f"the writer acknowledged {len(writer.acked)} of {n}: {writer.failures}"
+        time.sleep(0.01)
+
+
 def test_a_writer_loop_survives_server_restarts_and_a_crash(cluster: PrivateCluster) -> None:
     store = EventStore(cluster.url(), snapshot_every=16)
     store.migrate()
@@ -320,12 +327,11 @@ def test_a_writer_loop_survives_server_restarts_and_a_crash(cluster: PrivateClus
     thread.start()
     try:
         for stop in (cluster.restart, lambda: (cluster.crash(), cluster.start())):
-            time.sleep(0.4)
+            _until_acked(writer, len(writer.acked) + 5)  # writing before the outage
             before = len(writer.acked)
             stop()
-            time.sleep(0.4)
+            _until_acked(writer, before + 5)  # and writing again after it
             assert thread.is_alive(), writer.failures
-            assert len(writer.acked) >= before
     finally:
         writer.stop.set()
         thread.join(120)

@@ -53,8 +53,11 @@ def test_recover_and_sessions_show_interrupted_and_closed(db_url: str) -> None:
         store.close_session("s2", reason="user left")
     out = invoke(db_url, "recover", "s1", "--stale-after", "3600").stdout
     assert "nothing to recover" in out
-    time.sleep(0.05)  # the last write is older than the stale_after below
+    # The last write ages past the stale_after below (a lease only ever gets older).
+    deadline = time.monotonic() + 30
     out = invoke(db_url, "recover", "s1", "--stale-after", "0.01").stdout
+    while "nothing to recover" in out and time.monotonic() < deadline:
+        out = invoke(db_url, "recover", "s1", "--stale-after", "0.01").stdout
     assert "recovered s1: interrupted at version 4; 1 message(s)" in out
     assert (
         json.loads(invoke(db_url, "recover", "s1", "--stale-after", "0.01", "--json").stdout)
