@@ -172,7 +172,7 @@ def _export_file(path: Path, megabytes: int) -> int:
     """A valid export of one session of about ``megabytes`` MB, hashes computed here
     (appending that many events first would take far longer than the import measured)."""
     from eventstore.core.codec import canonical, recorded_hash
-    from eventstore.storage.interface import ZERO_HASH, EventRow
+    from eventstore.core.rows import ZERO_HASH, EventRow
 
     turns = chat_session(turns=200, seed=3)
     target = megabytes * 1_000_000

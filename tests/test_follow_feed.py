@@ -320,7 +320,7 @@ def test_bands_hand_out_every_row_once_in_order() -> None:
     import random
 
     from eventstore.core.feed_rules import Bands, FeedKey
-    from eventstore.storage.interface import FeedRow
+    from eventstore.core.rows import FeedRow
 
     rnd = random.Random(7)
     xacts = [rnd.randrange(10**6) for _ in range(3000)] + [500_000] * (BAND_PAGE * 5 // 2) + list(range(10, 40))

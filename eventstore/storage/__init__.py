@@ -12,7 +12,6 @@ from typing import Any
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SAWarning
 
-from eventstore.core.rows import ZERO_HASH, EventRow, NewSession, Segment, SessionRow, SnapshotRow
 from eventstore.errors import StorageError
 from eventstore.storage.interface import Storage
 from eventstore.storage.urls import check_driver, mask_url, quote_password
@@ -20,16 +19,7 @@ from eventstore.storage.urls import check_driver, mask_url, quote_password
 # Options that only a PostgreSQL storage understands (refused for SQLite, not ignored).
 _POSTGRES_ONLY = ("replicas", "max_replica_lag", "replica_wait", "partitions")
 
-__all__ = [
-    "open_storage",
-    "Storage",
-    "SessionRow",
-    "NewSession",
-    "EventRow",
-    "SnapshotRow",
-    "Segment",
-    "ZERO_HASH",
-]
+__all__ = ["open_storage", "Storage"]
 
 
 def open_storage(url: str, **options: Any) -> Storage:

@@ -24,8 +24,6 @@ from typing import Any
 
 from eventstore.core.rows import (
     DIGEST_SIZE,
-    HASH_SIZE,
-    ZERO_HASH,
     Band,
     CompactionRow,
     Erasure,
@@ -43,29 +41,7 @@ from eventstore.core.rows import (
 )
 from eventstore.errors import StorageError
 
-__all__ = [
-    "ZERO_HASH",
-    "Tx",
-    "SessionRow",
-    "NewSession",
-    "EventRow",
-    "SnapshotRow",
-    "Segment",
-    "LoadParts",
-    "Storage",
-    "EventIdRace",
-    "HASH_SIZE",
-    "CompactionRow",
-    "TombstoneRow",
-    "Erasure",
-    "FeedRow",
-    "Band",
-    "FeedBarrier",
-    "ChangeWatcher",
-    "AsyncChangeWatcher",
-    "SessionControl",
-    "TurnBatch",
-]
+__all__ = ["Storage", "Tx", "EventIdRace", "ChangeWatcher", "AsyncChangeWatcher"]
 
 #: An open transaction, opaque to callers (a SQLAlchemy ``Connection`` in practice).
 Tx = Any
