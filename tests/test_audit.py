@@ -35,7 +35,7 @@ from eventstore import (
 )
 from eventstore.core.codec import recorded_hash
 from eventstore.samples import chat_session
-from eventstore.storage import sqlite as sqlite_ddl
+import frozen_ddl
 from eventstore.core.rows import ZERO_HASH, EventRow
 from eventstore_cli.app import app
 
@@ -53,10 +53,10 @@ def attacker(raw_engine: Engine, backend: str) -> Iterator[Any]:
             conn.execute(text("SET LOCAL session_replication_role = replica"))
             yield conn
         else:
-            for stmt in (*sqlite_ddl.DROP_IMMUTABILITY_DDL_V1, *sqlite_ddl.DROP_AUDIT_DDL_V2):
+            for stmt in (*frozen_ddl.sqlite_drop_immutability(), *frozen_ddl.sqlite_drop_audit()):
                 conn.execute(text(stmt))
             yield conn
-            for stmt in sqlite_ddl.IMMUTABILITY_DDL_V1:
+            for stmt in frozen_ddl.sqlite_immutability():
                 conn.execute(text(stmt))
 
 

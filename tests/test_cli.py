@@ -19,7 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from eventstore.samples import demo_conversation
-from eventstore.storage import sqlite as sqlite_ddl
+import frozen_ddl
 from eventstore_cli.app import app
 
 Run = Callable[..., Any]
@@ -284,7 +284,7 @@ def test_verify_reports_tampering_with_exit_1(run: Run, demo_db: Path, tmp_path:
     assert js(run("verify", "--json"))["ok"] is True
     assert "ok" in run("verify", "s").stdout
     con = sqlite3.connect(tmp_path / "cli.db")
-    for stmt in sqlite_ddl.DROP_IMMUTABILITY_DDL_V1:
+    for stmt in frozen_ddl.sqlite_drop_immutability():
         con.execute(stmt)
     con.execute("UPDATE events SET actor = 'mallory' WHERE version = 7")
     con.commit()

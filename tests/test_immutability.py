@@ -13,7 +13,7 @@ from sqlalchemy.exc import DBAPIError
 
 from conftest import make_store
 from eventstore.samples import random_actions
-from eventstore.storage import sqlite as sqlite_ddl
+import frozen_ddl
 from eventstore import EventStore
 
 
@@ -86,13 +86,13 @@ def _triggers_off(engine: Engine, backend: str) -> Iterator[Any]:
         if backend == "postgresql":
             conn.execute(text("ALTER TABLE events DISABLE TRIGGER USER"))
         else:
-            for stmt in sqlite_ddl.DROP_IMMUTABILITY_DDL_V1:
+            for stmt in frozen_ddl.sqlite_drop_immutability():
                 conn.execute(text(stmt))
         yield conn
         if backend == "postgresql":
             conn.execute(text("ALTER TABLE events ENABLE TRIGGER USER"))
         else:
-            for stmt in sqlite_ddl.IMMUTABILITY_DDL_V1:
+            for stmt in frozen_ddl.sqlite_immutability():
                 conn.execute(text(stmt))
 
 

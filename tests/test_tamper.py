@@ -23,7 +23,7 @@ from sqlalchemy.exc import DBAPIError
 from typer.testing import CliRunner
 
 from eventstore.samples import random_actions
-from eventstore.storage import sqlite as sqlite_ddl
+import frozen_ddl
 from eventstore import EventStore
 from eventstore_cli.app import app
 
@@ -63,10 +63,10 @@ def _as_attacker(engine: Engine, backend: str) -> Iterator[Any]:
             conn.execute(text("SET LOCAL session_replication_role = replica"))
             yield conn
         else:
-            for stmt in sqlite_ddl.DROP_IMMUTABILITY_DDL_V1:
+            for stmt in frozen_ddl.sqlite_drop_immutability():
                 conn.execute(text(stmt))
             yield conn
-            for stmt in sqlite_ddl.IMMUTABILITY_DDL_V1:
+            for stmt in frozen_ddl.sqlite_immutability():
                 conn.execute(text(stmt))
 
 

@@ -58,17 +58,10 @@ from eventstore.storage.watch import AsyncProbe, Probe, Signal
 
 __all__ = [
     "PostgresStorage",
-    "IMMUTABILITY_DDL_V1",
-    "DROP_IMMUTABILITY_DDL_V1",
-    "audit_ddl_v2",
-    "DROP_AUDIT_DDL_V2",
     "FEED_XACT",
-    "FEED_DDL_V3",
-    "DROP_FEED_DDL_V3",
     "feed_channel",
     "PARTITION_SETTING",
     "MAX_PARTITIONS",
-    "hash_partitions_ddl",
 ]
 
 # A session row, or maybe none (what _learn_key passes through).
@@ -77,76 +70,6 @@ _Row = TypeVar("_Row", SessionRow, SessionRow | None)
 # pg_advisory_xact_lock key for migrations: crc32(b"eventstore-migrate").
 _MIGRATION_LOCK = 0x4E5F_7A31
 
-#: Triggers of revision 0001: no UPDATE, no TRUNCATE; DELETE only under a compaction permit.
-IMMUTABILITY_DDL_V1 = (
-    """
-    CREATE FUNCTION eventstore_events_guard() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-        IF TG_OP = 'DELETE' THEN
-            IF EXISTS (SELECT 1 FROM compaction_permits p
-                       WHERE p.session_pk = OLD.session_pk AND OLD.version <= p.upto) THEN
-                RETURN OLD;
-            END IF;
-            RAISE EXCEPTION 'events are immutable: DELETE refused (only compaction may delete)'
-                USING ERRCODE = 'integrity_constraint_violation';
-        END IF;
-        RAISE EXCEPTION 'events are immutable: % refused', TG_OP
-            USING ERRCODE = 'integrity_constraint_violation';
-    END
-    $$
-    """,
-    """
-    CREATE TRIGGER events_immutable BEFORE UPDATE OR DELETE ON events
-    FOR EACH ROW EXECUTE FUNCTION eventstore_events_guard()
-    """,
-    """
-    CREATE TRIGGER events_no_truncate BEFORE TRUNCATE ON events
-    FOR EACH STATEMENT EXECUTE FUNCTION eventstore_events_guard()
-    """,
-)
-
-DROP_IMMUTABILITY_DDL_V1 = (
-    "DROP TRIGGER IF EXISTS events_no_truncate ON events",
-    "DROP TRIGGER IF EXISTS events_immutable ON events",
-    "DROP FUNCTION IF EXISTS eventstore_events_guard()",
-)
-
-
-def _guard_function(permits: str) -> str:
-    """The events guard, looking the permit up in ``permits`` (a trusted identifier)."""
-    return f"""
-    CREATE OR REPLACE FUNCTION eventstore_events_guard() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-        IF TG_OP = 'DELETE' THEN
-            IF EXISTS (SELECT 1 FROM {permits} p
-                       WHERE p.session_pk = OLD.session_pk AND OLD.version <= p.upto) THEN
-                RETURN OLD;
-            END IF;
-            RAISE EXCEPTION 'events are immutable: DELETE refused (only compaction may delete)'
-                USING ERRCODE = 'integrity_constraint_violation';
-        END IF;
-        RAISE EXCEPTION 'events are immutable: % refused', TG_OP
-            USING ERRCODE = 'integrity_constraint_violation';
-    END
-    $$
-    """
-
-
-def audit_ddl_v2(schema: str) -> tuple[str, ...]:
-    """Revision 0002: the guard finds the permit table by its schema-qualified name.
-
-    Unqualified, ``compaction_permits`` is looked up along the search path at run time,
-    and ``pg_temp`` comes first there: any role that may create temporary tables could
-    shadow it with a TEMP table holding a forged permit and delete events.
-
-    Args:
-        schema: the schema the events live in, already quoted as an identifier.
-    """
-    return (_guard_function(f"{schema}.compaction_permits"),)
-
-
-#: Undoes :func:`audit_ddl_v2`: the guard of revision 0001.
-DROP_AUDIT_DDL_V2 = (_guard_function("compaction_permits"),)
 
 #: The default of ``events.xact`` (revision 0003): the writing transaction's id. It is the
 #: key of the feed's visibility barrier: a transaction's id is assigned before it commits,
@@ -154,30 +77,6 @@ DROP_AUDIT_DDL_V2 = (_guard_function("compaction_permits"),)
 #: be added below it again.
 FEED_XACT = "(pg_current_xact_id()::text)::bigint"
 
-#: Revision 0003: one coalesced wake-up per writing transaction. A statement-level trigger
-#: notifies once per INSERT statement, and PostgreSQL folds identical notifications of one
-#: transaction into one, delivered at commit. The channel names the events table by its
-#: OID, so stores on different schemas of one server wake only their own followers.
-#: Revision 0006 drops it again (see :class:`_NotifySignal`).
-FEED_DDL_V3 = (
-    """
-    CREATE FUNCTION eventstore_events_notify() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-        PERFORM pg_notify('eventstore_' || TG_RELID::text, '');
-        RETURN NULL;
-    END
-    $$
-    """,
-    """
-    CREATE TRIGGER events_notify AFTER INSERT ON events
-    FOR EACH STATEMENT EXECUTE FUNCTION eventstore_events_notify()
-    """,
-)
-
-DROP_FEED_DDL_V3 = (
-    "DROP TRIGGER IF EXISTS events_notify ON events",
-    "DROP FUNCTION IF EXISTS eventstore_events_notify()",
-)
 
 #: The channel followers listen on, for the events table the search path finds: it names
 #: the table by its OID, so stores on different schemas of one server wake only their own.
@@ -206,30 +105,6 @@ _PARTITION_STATE = text(
 # A partition's copies of the events' keys get names of PostgreSQL's choosing.
 _PARTITION_PK = re.compile(r"events_p\d+_pkey")
 _PARTITION_EVENT_ID = re.compile(r"events_p\d+_session_pk_event_id_idx")
-
-
-def hash_partitions_ddl(table: str, n: int) -> list[str]:
-    """The partitions of a table created ``PARTITION BY HASH (session_pk)``: ``table_p00``...
-
-    Each session's rows live in exactly one partition, chosen by the hash of its key.
-    The events' partitions get the TRUNCATE guard too: a statement trigger on the parent
-    does not fire for a TRUNCATE of one partition.
-    """
-    width = len(str(n - 1))
-    out: list[str] = []
-    for i in range(n):
-        part = f"{table}_p{i:0{width}d}"
-        # Names from a constant and an integer, never from input.
-        out.append(
-            f"CREATE TABLE {part} PARTITION OF {table} "
-            f"FOR VALUES WITH (MODULUS {n}, REMAINDER {i})"
-        )
-        if table == "events":
-            out.append(
-                f"CREATE TRIGGER events_no_truncate BEFORE TRUNCATE ON {part} "
-                "FOR EACH STATEMENT EXECUTE FUNCTION eventstore_events_guard()"
-            )
-    return out
 
 
 def _partition_count(value: Any, where: str) -> int:

@@ -10,13 +10,96 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import context, op
 
-from eventstore.storage import postgres as pg_ddl
-from eventstore.storage import sqlite as sqlite_ddl
 
 revision = "0001"
 down_revision = None
 branch_labels = None
 depends_on = None
+
+# -- the DDL this revision ran, frozen here: runtime modules hold none --------------
+
+#: Triggers of revision 0001: no UPDATE, no TRUNCATE; DELETE only under a compaction permit.
+PG_IMMUTABILITY = (
+    """
+    CREATE FUNCTION eventstore_events_guard() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF TG_OP = 'DELETE' THEN
+            IF EXISTS (SELECT 1 FROM compaction_permits p
+                       WHERE p.session_pk = OLD.session_pk AND OLD.version <= p.upto) THEN
+                RETURN OLD;
+            END IF;
+            RAISE EXCEPTION 'events are immutable: DELETE refused (only compaction may delete)'
+                USING ERRCODE = 'integrity_constraint_violation';
+        END IF;
+        RAISE EXCEPTION 'events are immutable: % refused', TG_OP
+            USING ERRCODE = 'integrity_constraint_violation';
+    END
+    $$
+    """,
+    """
+    CREATE TRIGGER events_immutable BEFORE UPDATE OR DELETE ON events
+    FOR EACH ROW EXECUTE FUNCTION eventstore_events_guard()
+    """,
+    """
+    CREATE TRIGGER events_no_truncate BEFORE TRUNCATE ON events
+    FOR EACH STATEMENT EXECUTE FUNCTION eventstore_events_guard()
+    """,
+)
+
+PG_DROP_IMMUTABILITY = (
+    "DROP TRIGGER IF EXISTS events_no_truncate ON events",
+    "DROP TRIGGER IF EXISTS events_immutable ON events",
+    "DROP FUNCTION IF EXISTS eventstore_events_guard()",
+)
+
+def pg_hash_partitions(table: str, n: int) -> list[str]:
+    """The partitions of a table created ``PARTITION BY HASH (session_pk)``: ``table_p00``...
+
+    Each session's rows live in exactly one partition, chosen by the hash of its key.
+    The events' partitions get the TRUNCATE guard too: a statement trigger on the parent
+    does not fire for a TRUNCATE of one partition.
+    """
+    width = len(str(n - 1))
+    out: list[str] = []
+    for i in range(n):
+        part = f"{table}_p{i:0{width}d}"
+        # Names from a constant and an integer, never from input.
+        out.append(
+            f"CREATE TABLE {part} PARTITION OF {table} "
+            f"FOR VALUES WITH (MODULUS {n}, REMAINDER {i})"
+        )
+        if table == "events":
+            out.append(
+                f"CREATE TRIGGER events_no_truncate BEFORE TRUNCATE ON {part} "
+                "FOR EACH STATEMENT EXECUTE FUNCTION eventstore_events_guard()"
+            )
+    return out
+
+
+#: Triggers of revision 0001: no UPDATE ever; DELETE only under a compaction permit.
+SQLITE_IMMUTABILITY = (
+    """
+    CREATE TRIGGER events_no_update BEFORE UPDATE ON events
+    BEGIN
+        SELECT RAISE(ABORT, 'events are immutable: UPDATE refused');
+    END
+    """,
+    """
+    CREATE TRIGGER events_no_delete BEFORE DELETE ON events
+    WHEN NOT EXISTS (
+        SELECT 1 FROM compaction_permits p
+        WHERE p.session_pk = OLD.session_pk AND OLD.version <= p.upto
+    )
+    BEGIN
+        SELECT RAISE(ABORT, 'events are immutable: DELETE refused (only compaction may delete)');
+    END
+    """,
+)
+
+SQLITE_DROP_IMMUTABILITY = (
+    "DROP TRIGGER IF EXISTS events_no_delete",
+    "DROP TRIGGER IF EXISTS events_no_update",
+)
 
 
 def upgrade() -> None:
@@ -91,20 +174,18 @@ def upgrade() -> None:
         sa.Column("upto", sa.Integer(), nullable=False),
         sa.PrimaryKeyConstraint("session_pk", name="pk_compaction_permits"),
     )
-    ddl = _dialect_ddl()
-    for statement in ddl.IMMUTABILITY_DDL_V1:
+    for statement in _dialect_ddl()[0]:
         op.execute(statement)
     if partitions:
         # After the guard function exists (the events' partitions get its TRUNCATE
         # trigger); row triggers and indexes of a partitioned table reach its partitions.
         for table in ("events", "snapshots"):
-            for statement in pg_ddl.hash_partitions_ddl(table, partitions):
+            for statement in pg_hash_partitions(table, partitions):
                 op.execute(statement)
 
 
 def downgrade() -> None:
-    ddl = _dialect_ddl()
-    for statement in ddl.DROP_IMMUTABILITY_DDL_V1:
+    for statement in _dialect_ddl()[1]:
         op.execute(statement)
     op.drop_table("compaction_permits")
     op.drop_table("snapshots")
@@ -114,10 +195,11 @@ def downgrade() -> None:
     op.drop_table("sessions")
 
 
-def _dialect_ddl():  # type: ignore[no-untyped-def]
+def _dialect_ddl() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The dialect's immutability triggers: (create, drop)."""
     name = op.get_bind().dialect.name
     if name == "postgresql":
-        return pg_ddl
+        return PG_IMMUTABILITY, PG_DROP_IMMUTABILITY
     if name == "sqlite":
-        return sqlite_ddl
+        return SQLITE_IMMUTABILITY, SQLITE_DROP_IMMUTABILITY
     raise NotImplementedError(f"eventstore supports PostgreSQL and SQLite, not {name}")

@@ -17,23 +17,50 @@ from __future__ import annotations
 
 from alembic import op
 
-from eventstore.storage import postgres as pg_ddl
 
 revision = "0006_notify_after_commit"
 down_revision = "0005_feed_storage"
 branch_labels = None
 depends_on = None
 
+# -- the DDL this revision ran, frozen here: runtime modules hold none --------------
+
+# Revision 0003's notification trigger: dropped here, recreated by a downgrade.
+#: Revision 0003: one coalesced wake-up per writing transaction. A statement-level trigger
+#: notifies once per INSERT statement, and PostgreSQL folds identical notifications of one
+#: transaction into one, delivered at commit. The channel names the events table by its
+#: OID, so stores on different schemas of one server wake only their own followers.
+#: Revision 0006 drops it again (see :class:`_NotifySignal`).
+PG_FEED_NOTIFY = (
+    """
+    CREATE FUNCTION eventstore_events_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM pg_notify('eventstore_' || TG_RELID::text, '');
+        RETURN NULL;
+    END
+    $$
+    """,
+    """
+    CREATE TRIGGER events_notify AFTER INSERT ON events
+    FOR EACH STATEMENT EXECUTE FUNCTION eventstore_events_notify()
+    """,
+)
+
+PG_DROP_FEED_NOTIFY = (
+    "DROP TRIGGER IF EXISTS events_notify ON events",
+    "DROP FUNCTION IF EXISTS eventstore_events_notify()",
+)
+
 
 def upgrade() -> None:
     if _dialect() == "postgresql":
-        for statement in pg_ddl.DROP_FEED_DDL_V3:
+        for statement in PG_DROP_FEED_NOTIFY:
             op.execute(statement)
 
 
 def downgrade() -> None:
     if _dialect() == "postgresql":
-        for statement in pg_ddl.FEED_DDL_V3:
+        for statement in PG_FEED_NOTIFY:
             op.execute(statement)
 
 
