@@ -48,7 +48,7 @@ def page_blocks(path: Path) -> list[Block]:
     """The ```python blocks of one page, with the line each starts on."""
     text = path.read_text(encoding="utf-8")
     blocks = []
-    for match in re.finditer(r"^```python\n(.*?)^```", text, flags=re.S | re.M):
+    for match in re.finditer(r"^```python\n(.*?)^```", text, flags=re.DOTALL | re.MULTILINE):
         line = text.count("\n", 0, match.start()) + 1
         blocks.append(Block(path.relative_to(ROOT).as_posix(), line, match.group(1)))
     return blocks
