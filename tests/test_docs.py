@@ -47,17 +47,18 @@ class Block:
 def page_blocks(path: Path) -> list[Block]:
     """The ```python blocks of one page, with the line each starts on."""
     text = path.read_text(encoding="utf-8")
+    name = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else path.name
     blocks = []
     for match in re.finditer(r"^```python\n(.*?)^```", text, flags=re.DOTALL | re.MULTILINE):
         line = text.count("\n", 0, match.start()) + 1
-        blocks.append(Block(path.relative_to(ROOT).as_posix(), line, match.group(1)))
+        blocks.append(Block(name, line, match.group(1)))
     return blocks
 
 
-def chains() -> list[list[Block]]:
+def chains(pages: list[Path]) -> list[list[Block]]:
     """The blocks grouped into what runs together: a block and the ones that continue it."""
     out: list[list[Block]] = []
-    for path in PAGES:
+    for path in pages:
         for block in page_blocks(path):
             first = block.code.lstrip().splitlines()[0] if block.code.strip() else ""
             if first.startswith(CONTINUES):
@@ -70,7 +71,7 @@ def chains() -> list[list[Block]]:
     return out
 
 
-CHAINS = chains()
+CHAINS = chains(PAGES)
 
 
 def _first_line(block: Block) -> str:
@@ -133,8 +134,17 @@ def test_python_blocks_run(
         exec(compile(code, f"{block.page} python block at line {block.line}", "exec"), namespace)
 
 
-def test_the_rules_find_blocks() -> None:
-    """The page reader sees the README's blocks, and the PostgreSQL finder ignores comments."""
+def test_the_rules_find_blocks(tmp_path: Path) -> None:
+    """The page reader sees every block and groups a continuation with the block before it;
+    the PostgreSQL finder ignores URLs in comments."""
     assert len(page_blocks(ROOT / "README.md")) >= 2
+    page = tmp_path / "page.md"
+    page.write_text(
+        "```python\nx = 1\n```\ntext\n```bash\nls\n```\n"
+        f"```python\n{CONTINUES}\nprint(x)\n```\n```python\n{NOT_RUN} another host\n```\n",
+        encoding="utf-8",
+    )
+    grouped = chains([page])
+    assert [[b.line for b in chain] for chain in grouped] == [[1, 8], [12]]
     assert pg_literals('s = "sqlite:///x.db"  # or "postgresql+psycopg://h/db"\n') == []
     assert pg_literals('EventStore("postgresql+psycopg://h/db")\n') == ['"postgresql+psycopg://h/db"']
