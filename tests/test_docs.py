@@ -148,3 +148,11 @@ def test_the_rules_find_blocks(tmp_path: Path) -> None:
     assert [[b.line for b in chain] for chain in grouped] == [[1, 8], [12]]
     assert pg_literals('s = "sqlite:///x.db"  # or "postgresql+psycopg://h/db"\n') == []
     assert pg_literals('EventStore("postgresql+psycopg://h/db")\n') == ['"postgresql+psycopg://h/db"']
+
+
+def test_the_readme_stays_short_and_links_every_page() -> None:
+    """A newcomer reads the README in minutes and finds every docs page from it."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 300, "the README grew past 300 lines: move detail to docs/"
+    unlinked = [p.name for p in sorted((ROOT / "docs").glob("*.md")) if f"(docs/{p.name}" not in readme]
+    assert unlinked == [], f"docs pages the README does not link: {unlinked}"
