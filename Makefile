@@ -5,6 +5,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
+# The demo needs eventstore alone: its own stamp installs `-e .` without the test extras
+# (`make test` later adds them through $(STAMP)).
+DEMO_STAMP := $(VENV)/.demo-stamp
 
 .PHONY: test test-fast install demo bench lint clean
 
@@ -13,6 +16,12 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
+
+$(DEMO_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e .
+	touch $(DEMO_STAMP)
 
 install: $(STAMP)
 
@@ -24,7 +33,7 @@ test: $(STAMP)
 	$(PY) -m compileall -q eventstore cli/eventstore_cli
 	scripts/with-postgres $(PY) -m pytest $(PYTEST_ARGS)
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(VENV)/bin/eventstore demo
 
 bench: $(STAMP)
