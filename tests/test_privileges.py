@@ -8,6 +8,7 @@ a branch and a snapshot need), and an owner role that migrates and compacts.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import uuid
 from collections.abc import Iterator
@@ -358,3 +359,42 @@ def test_every_application_capability_works_as_the_application_role(
         ):
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(sql)
+
+
+def test_the_application_role_cannot_poison_the_shared_snapshot_blobs(setup: dict[str, Any]) -> None:
+    """Blobs are shared by digest and a snapshot write skips a digest already stored: a blob
+    planted under the digest of a chunk the store writes later must not reach any load."""
+    from eventstore import fold
+    from eventstore.core.codec import SnapshotCodec
+
+    with EventStore(setup["owner"]) as owner_store:
+        owner_store.migrate()
+    with _raw(setup["owner"]) as conn:
+        conn.execute(setup["grants"])
+    actions = chat_session(turns=2, seed=4)
+    codec = SnapshotCodec()
+    planted: dict[bytes, bytes] = {}
+    for v in range(1, len(actions) + 1):  # every chunk any snapshot of this session holds
+        planted.update(codec.encode(fold(actions[:v]).to_json())[2])
+    refused = 0
+    with _raw(setup["app"]) as conn:
+        for digest, body in planted.items():
+            forged = body.replace(b'"text":"', b'"text":"PLANTED ')
+            assert forged != body
+            try:
+                conn.execute("INSERT INTO snapshot_blobs (digest, body) VALUES (%s, %s)", (digest, forged))
+            except psycopg.errors.CheckViolation:
+                refused += 1
+        # A blob whose digest is its body's is an honest write, and stays allowed.
+        honest = b'{"id":"x","parts":[],"role":"user"}'
+        conn.execute(
+            "INSERT INTO snapshot_blobs (digest, body) VALUES (%s, %s)",
+            (hashlib.sha256(honest).digest()[:16], honest),
+        )
+    with EventStore(setup["app"], snapshot_every=8) as app_store:
+        for i in range(0, len(actions), 5):  # several appends, so snapshots land on the way
+            app_store.append("s1", actions[i : i + 5])
+        for v in range(0, len(actions) + 1, 3):
+            assert app_store.load("s1", version=v).to_json() == fold(actions[:v]).to_json(), v
+        assert app_store.verify().ok
+    assert refused == len(planted)
