@@ -231,9 +231,8 @@ def test_revision_0010_drops_poisoned_blobs_and_checks_new_ones(pg_schema: str) 
             bad = "SELECT count(*) FROM snapshot_blobs WHERE substr(sha256(body), 1, 16) <> digest"
             assert conn.execute(text(bad)).scalar_one() == 0
             assert 0 < conn.execute(text("SELECT count(*) FROM snapshots")).scalar_one() < snapshots
-        with pytest.raises(Exception, match="ck_snapshot_blobs_digest"):
-            with engine.begin() as conn:
-                conn.execute(text("INSERT INTO snapshot_blobs VALUES ('\\x01', '\"planted\"')"))
+        with pytest.raises(Exception, match="ck_snapshot_blobs_digest"), engine.begin() as conn:
+            conn.execute(text("INSERT INTO snapshot_blobs VALUES ('\\x01', '\"planted\"')"))
         assert _diffs(engine) == []
     finally:
         engine.dispose()
