@@ -42,6 +42,7 @@ from sqlalchemy.engine import make_url
 
 from benchmarks._common import machine, record_section
 from benchmarks.feed import latency
+from benchmarks.store import _pg_schema
 from eventstore import EventStore
 
 try:
@@ -59,19 +60,6 @@ CLUSTER_XMIN_SQL = "pg_snapshot_xmin(pg_current_snapshot())::text::bigint"
 
 def _dsn(url: str) -> str:
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-@contextmanager
-def _schema(admin: str) -> Iterator[str]:
-    name = f"bench_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(_dsn(admin), autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{name}"')
-    sep = "&" if "?" in admin else "?"
-    try:
-        yield f"{admin}{sep}options=-csearch_path%3D{name}"
-    finally:
-        with psycopg.connect(_dsn(admin), autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA "{name}" CASCADE')
 
 
 @contextmanager
@@ -103,7 +91,7 @@ def _stranger(admin: str, where: str, url: str) -> Iterator[None]:
 
 def barrier_reads(url: str, reads: int, writers: int) -> dict[str, Any]:
     """Median and p99 microseconds of one barrier read, each expression, alternating."""
-    times: dict[str, list[float]] = {"cluster_xmin": [], "writers": []}
+    times: dict[str, list[float]] = {"cluster_xmin": [], "can_write": []}
     stop = threading.Event()
 
     def write(w: int, store: EventStore) -> None:
@@ -117,7 +105,7 @@ def barrier_reads(url: str, reads: int, writers: int) -> dict[str, Any]:
         try:
             with psycopg.connect(_dsn(url), autocommit=True) as conn:
                 for _ in range(reads):
-                    for name, sql in (("cluster_xmin", CLUSTER_XMIN_SQL), ("writers", WRITERS_BARRIER_SQL)):
+                    for name, sql in (("cluster_xmin", CLUSTER_XMIN_SQL), ("can_write", WRITERS_BARRIER_SQL)):
                         t0 = time.perf_counter()
                         conn.execute(f"SELECT {sql}").fetchone()
                         times[name].append(time.perf_counter() - t0)
@@ -139,7 +127,7 @@ def run(quick: bool) -> dict[str, Any]:
     admin = os.environ["EVENTSTORE_TEST_PG_URL"]
     seconds = 2.0 if quick else 5.0
     res: dict[str, Any] = {"latency": [], "barrier": []}
-    with _schema(admin) as url:
+    with _pg_schema(admin) as url:
         with EventStore(url) as store:
             store.migrate()
             for where in ("none", "other-db", "this-db"):
@@ -189,7 +177,7 @@ def render(results: dict[str, Any]) -> str:
         "|---:|---:|---:|---:|---:|",
     ]
     for r in results["barrier"]:
-        a, b = r["cluster_xmin"], r["writers"]
+        a, b = r["cluster_xmin"], r["can_write"]
         lines.append(f"| {r['writers']} | {a['p50_us']:.0f} | {a['p99_us']:.0f} | {b['p50_us']:.0f} | {b['p99_us']:.0f} |")
     return "\n".join(lines) + "\n"
 
