@@ -19,6 +19,7 @@ BENCHMARKS: list[str] = [
     "timetravel",
     "report",
     "feed",
+    "feed_barrier",  # the feed with a stranger's idle transaction open; the barrier's cost
     "streaming",
     "async_store",  # `python -m benchmarks async`: the async twin at W concurrent writers
     "soak",  # reliability audit; 10 s per backend by default (--seconds N for a real soak)

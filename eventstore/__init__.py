@@ -107,6 +107,7 @@ _PUBLIC: dict[str, dict[str, str]] = {
         "CheckpointError": "eventstore.errors",
         "SchemaError": "eventstore.errors",
         "StorageError": "eventstore.errors",
+        "ReplicaMismatch": "eventstore.storage.replicas",
     },
     "ids and database URLs as people type them": {
         "split_ref": "eventstore.core.ids",
@@ -330,6 +331,9 @@ if TYPE_CHECKING:  # static checkers cannot follow the table: they read these im
     )
     from eventstore.features.transfer import (
         ImportResult as ImportResult,
+    )
+    from eventstore.storage.replicas import (
+        ReplicaMismatch as ReplicaMismatch,
     )
     from eventstore.storage.urls import (
         mask_url as mask_url,

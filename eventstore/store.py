@@ -397,9 +397,9 @@ class EventStore(StoreBase):
         later — and never yields one twice; each session's events come in version order.
         Store the ``position`` of the last event handled and pass it as ``after`` to
         resume right after it, in this process or another, across server restarts.
-        On PostgreSQL the feed reads only events below the oldest transaction still
-        running, so a transaction held open holds the feed back until it ends (see
-        ``lag``). Events removed by a compaction or an erasure before the feed reached
+        On PostgreSQL the feed reads only events below the oldest transaction that can
+        still write one, so an event writer's transaction held open holds the feed back
+        until it ends (see ``lag``); other transactions on the server do not. Events removed by a compaction or an erasure before the feed reached
         them are not yielded.
 
         Args:

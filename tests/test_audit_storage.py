@@ -258,7 +258,10 @@ def test_collect_blobs_removes_unreferenced_blobs_only(
     store.compact("s1", upto=10)  # leaves snapshots behind; blobs are shared, content-addressed
     total = _count(raw_engine, "SELECT count(*) FROM snapshot_blobs")
     with raw_engine.begin() as conn:
-        conn.execute(text("INSERT INTO snapshot_blobs VALUES (:d, :b)"), {"d": b"\x01" * 16, "b": b"{}"})
+        # An unreferenced blob (its digest is its body's: PostgreSQL refuses any other).
+        conn.execute(
+            text("INSERT INTO snapshot_blobs VALUES (:d, :b)"), {"d": hashlib.sha256(b"{}").digest()[:16], "b": b"{}"}
+        )
     with storage.write() as tx:
         assert storage.collect_blobs(tx, [b"\x02" * 16]) == 0  # not a blob at all
         assert storage.collect_blobs(tx) == 1

@@ -382,11 +382,15 @@ def test_events_recorded_before_the_feed_revision_come_first_in_session_order(
 
 
 def _hold_oldest_transaction(dsn: str) -> tuple[psycopg.Connection[Any], int]:
-    """Open a transaction that takes its id now, before anyone else's, and hold it.
+    """Open an event writer's transaction that takes its id now, before anyone else's, and
+    hold it. Like every writer of the store it touches the events table before it takes
+    its id (a transaction holding no lock on it cannot write an event and does not hold
+    the feed, see tests/test_feed_barrier.py).
 
     Returns the connection (its transaction open) and the transaction id.
     """
     conn = psycopg.connect(dsn)
+    conn.execute("LOCK TABLE events IN ROW EXCLUSIVE MODE")
     xid = int(conn.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()[0])  # type: ignore[index]
     return conn, xid
 

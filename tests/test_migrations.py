@@ -197,3 +197,42 @@ def test_migrate_works_from_an_installed_package(tmp_path: Path) -> None:
         assert _diffs(engine) == []
     finally:
         engine.dispose()
+
+
+def test_revision_0010_drops_poisoned_blobs_and_checks_new_ones(pg_schema: str) -> None:
+    """Upgrading drops the snapshots built on a blob that is not what its digest says (and
+    that blob); from then on the database refuses such a blob from anyone."""
+    from eventstore import fold
+    from eventstore.samples import chat_session
+
+    actions = chat_session(turns=2, seed=8)
+    with make_store(pg_schema, snapshot_every=8) as store:
+        for i in range(0, len(actions), 7):
+            store.append("s1", actions[i : i + 7])
+    engine = create_engine(pg_schema)
+    try:
+        with engine.begin() as conn:
+            command.downgrade(alembic_config(conn), "0006_notify_after_commit")
+            digest = conn.execute(text("SELECT digest FROM snapshot_blobs LIMIT 1")).scalar_one()
+            conn.execute(  # what a planted blob left behind: other text under the digest
+                text(
+                    "UPDATE snapshot_blobs SET body = convert_to(replace(convert_from(body, 'UTF8'), "
+                    "'text\":\"', 'text\":\"PLANTED '), 'UTF8') WHERE digest = :d"
+                ),
+                {"d": digest},
+            )
+            conn.execute(text("INSERT INTO snapshot_blobs VALUES ('\\x00', '\"unused\"')"))
+            snapshots = conn.execute(text("SELECT count(*) FROM snapshots")).scalar_one()
+        with make_store(pg_schema, snapshot_every=8) as store:  # upgraded again
+            for v in range(0, len(actions) + 1, 5):
+                assert store.load("s1", version=v).to_json() == fold(actions[:v]).to_json(), v
+            assert store.verify().ok
+        with engine.begin() as conn:
+            bad = "SELECT count(*) FROM snapshot_blobs WHERE substr(sha256(body), 1, 16) <> digest"
+            assert conn.execute(text(bad)).scalar_one() == 0
+            assert 0 < conn.execute(text("SELECT count(*) FROM snapshots")).scalar_one() < snapshots
+        with pytest.raises(Exception, match="ck_snapshot_blobs_digest"), engine.begin() as conn:
+            conn.execute(text("INSERT INTO snapshot_blobs VALUES ('\\x01', '\"planted\"')"))
+        assert _diffs(engine) == []
+    finally:
+        engine.dispose()

@@ -8,6 +8,7 @@ a branch and a snapshot need), and an owner role that migrates and compacts.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import uuid
 from collections.abc import Iterator
@@ -293,3 +294,107 @@ def test_the_grants_name_no_write_privilege_on_events_beyond_insert(setup: dict[
     assert granted["eventstore_alembic_version"] == {"SELECT"}
     assert granted["tombstones"] == {"SELECT"}
     assert granted["compactions"] == {"SELECT"}
+
+
+@pytest.mark.twins
+def test_every_application_capability_works_as_the_application_role(
+    setup: dict[str, Any], twin: str, tmp_path: Path
+) -> None:
+    """Each public method the application uses, under the documented grants and nothing more."""
+    from eventstore import generate_keypair
+
+    with EventStore(setup["owner"]) as owner_store:
+        owner_store.migrate()
+    with _raw(setup["owner"]) as conn:
+        conn.execute(setup["grants"])  # verbatim from the docs
+    private_key, public_key = generate_keypair()
+    with EventStore(setup["app"], snapshot_every=8) as app:
+        app.check_schema()
+        r = app.append("s1", chat_session(turns=2, seed=4), actor="app")
+        assert app.head("s1") == r.version and app.load("s1", version=5) is not None
+        assert len(list(app.history("s1", desc=True, limit=3))) == 3
+        assert len(list(app.replay("s1", upto=4))) == 4
+        fork = app.branch("s1", at=6, new_id="s1-alt")
+        assert app.diff(("s1", None), (fork, None)).to_json() is not None
+        assert app.turns("s1")
+
+        # Streaming turns take and renew the session's writer lease, then release it.
+        with app.turn("s1", {"type": "send", "id": "u-1", "text": "hi"}) as turn:
+            turn.write({"type": "message-start", "messageId": "a-1"})
+            turn.write({"type": "text-delta", "messageId": "a-1", "text": "hello"})
+            turn.write({"type": "finish"})
+        # A turn whose writer died, taken over by recover.
+        app.append("s2", [{"type": "send", "id": "u-2", "text": "hi"}])
+        with _raw(setup["owner"]) as conn:  # the lease of a writer that went away long ago
+            conn.execute("UPDATE sessions SET writer = 'dead', writer_seen = 1 WHERE id = 's2'")
+        assert app.recover("s2", stale_after=1.0) is not None
+        app.close_session("s2", reason="done")
+        assert {s.id: s.closed for s in app.sessions()}["s2"]
+
+        head = app.head("s1")
+        assert [e.version for e in app.follow("s1", after=head - 2, idle_timeout=0.2)] == [head - 1, head]
+        fed = list(app.feed(idle_timeout=0.3))
+        assert len(fed) == app.head("s1") - 6 + app.head("s1-alt") + app.head("s2")
+
+        out = tmp_path / "s1.jsonl"
+        assert app.export("s1", str(out)) == app.head("s1")
+        assert "<html" in app.report("s1").lower()
+        cp = app.checkpoint(private_key)
+        report = app.verify(checkpoint=cp, public_key=public_key)
+        assert report.ok, report.problems
+
+        # What it must not do stays refused.
+        with pytest.raises(StorageError, match="permission denied"):
+            app.erase("s1", reason="no")
+        with pytest.raises(StorageError, match="permission denied"):
+            app.compact("s1", upto=4)
+    with _raw(setup["app"]) as conn:
+        for sql in (
+            "UPDATE events SET actor = 'mallory'",
+            "DELETE FROM events",
+            "UPDATE sessions SET baseline = 5",
+            "DELETE FROM snapshots",
+            "UPDATE snapshot_blobs SET body = '\\x00'",
+            "DELETE FROM snapshot_blobs",
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(sql)
+
+
+def test_the_application_role_cannot_poison_the_shared_snapshot_blobs(setup: dict[str, Any]) -> None:
+    """Blobs are shared by digest and a snapshot write skips a digest already stored: a blob
+    planted under the digest of a chunk the store writes later must not reach any load."""
+    from eventstore import fold
+    from eventstore.core.codec import SnapshotCodec
+
+    with EventStore(setup["owner"]) as owner_store:
+        owner_store.migrate()
+    with _raw(setup["owner"]) as conn:
+        conn.execute(setup["grants"])
+    actions = chat_session(turns=2, seed=4)
+    codec = SnapshotCodec()
+    planted: dict[bytes, bytes] = {}
+    for v in range(1, len(actions) + 1):  # every chunk any snapshot of this session holds
+        planted.update(codec.encode(fold(actions[:v]).to_json())[2])
+    refused = 0
+    with _raw(setup["app"]) as conn:
+        for digest, body in planted.items():
+            forged = body.replace(b'"text":"', b'"text":"PLANTED ')
+            assert forged != body
+            try:
+                conn.execute("INSERT INTO snapshot_blobs (digest, body) VALUES (%s, %s)", (digest, forged))
+            except psycopg.errors.CheckViolation:
+                refused += 1
+        # A blob whose digest is its body's is an honest write, and stays allowed.
+        honest = b'{"id":"x","parts":[],"role":"user"}'
+        conn.execute(
+            "INSERT INTO snapshot_blobs (digest, body) VALUES (%s, %s)",
+            (hashlib.sha256(honest).digest()[:16], honest),
+        )
+    with EventStore(setup["app"], snapshot_every=8) as app_store:
+        for i in range(0, len(actions), 5):  # several appends, so snapshots land on the way
+            app_store.append("s1", actions[i : i + 5])
+        for v in range(0, len(actions) + 1, 3):
+            assert app_store.load("s1", version=v).to_json() == fold(actions[:v]).to_json(), v
+        assert app_store.verify().ok
+    assert refused == len(planted)

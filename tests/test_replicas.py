@@ -284,7 +284,8 @@ def test_a_server_that_is_not_a_standby_never_serves_reads(pg_schema: str, twin:
     store = make_store(pg_schema, replicas=[pg_schema], replica_wait=0)
     try:
         store.append("s1", [{"type": "send", "id": "u-1", "text": "hi"}], expected_version=0)
-        assert store.head("s1") == 1
+        with pytest.warns(Warning, match="is not a copy of the primary .*not a standby"):
+            assert store.head("s1") == 1
         assert _reads(store) == {"replica": 0, "primary": 1}
     finally:
         store.close()
@@ -372,3 +373,76 @@ def test_the_async_wait_for_a_replica_never_blocks_the_event_loop(
     assert got == want
     assert served == {"replica": 0, "primary": 1}
     assert ticks > 0
+
+
+@pytest.fixture
+def other_database() -> Iterator[str]:
+    """Another database of the primary's cluster, on the replica too (it streams the whole
+    cluster); yields its name once the replica has it."""
+    name = f"other_{os.urandom(5).hex()}"
+    _sql(pg_admin_url(), f'CREATE DATABASE "{name}"')
+    try:
+        replica = _replica_base()
+        for _ in range(1000):
+            if _sql(replica, f"SELECT count(*) FROM pg_database WHERE datname = '{name}'")[0][0]:
+                break
+            time.sleep(0.01)
+        yield name
+    finally:
+        _sql(pg_admin_url(), f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+def _in_database(url: str, name: str) -> str:
+    """``url`` (with its query, the search_path) naming database ``name`` instead."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).set(database=name).render_as_string(hide_password=False)
+
+
+@pytest.mark.parametrize("where", ["another database", "another schema"])
+def test_a_replica_that_is_not_a_copy_of_the_primary_never_serves(
+    pg_schema: str, replica_url: str, other_database: str, where: str, twin: str
+) -> None:
+    """A standby of this cluster named with another database (or another schema) holds
+    other eventstore tables: it is refused with a warning saying why, and the primary serves
+    every read, so read-your-writes holds."""
+    schema = pg_schema.rsplit("%3D", 1)[1]
+    if where == "another database":
+        # The same schema name in another database of the cluster, with content of its own.
+        decoy = _in_database(pg_schema, other_database)
+        _sql(_in_database(pg_admin_url(), other_database), f'CREATE SCHEMA "{schema}"')
+        wrong = _in_database(replica_url, other_database)
+    else:
+        decoy = pg_schema.replace(schema, f"{schema}_decoy")
+        _sql(pg_admin_url(), f'CREATE SCHEMA "{schema}_decoy"')
+        wrong = replica_url.replace(schema, f"{schema}_decoy")
+    try:
+        with make_store(decoy) as other:
+            other.append("s1", [{"type": "send", "id": "u-1", "text": "from the other tables"}])
+            other.append("s1", [{"type": "stop"}, {"type": "stop"}])
+        store = _replicated(pg_schema, wrong)
+        try:
+            with pytest.warns(Warning, match="is not a copy of the primary") as caught:
+                store.append("s1", [{"type": "send", "id": "u-1", "text": "ours"}], expected_version=0)
+                assert store.head("s1") == 1  # read your writes: the primary answers
+                assert store.load("s1").to_json()["messages"][0]["parts"][0]["text"] == "ours"
+            assert "database" in str(caught[0].message) or "schema" in str(caught[0].message)
+            assert type(caught[0].message).__name__ == "ReplicaMismatch"
+            assert _reads(store)["replica"] == 0
+        finally:
+            store.close()
+    finally:
+        if where == "another schema":
+            _sql(pg_admin_url(), f'DROP SCHEMA "{schema}_decoy" CASCADE')
+
+
+def test_a_replica_that_is_a_copy_serves_without_a_warning(
+    pg_schema: str, replica_url: str, twin: str, recwarn: pytest.WarningsRecorder
+) -> None:
+    store = _replicated(pg_schema, replica_url)
+    try:
+        store.append("s1", [{"type": "send", "id": "u-1", "text": "hi"}], expected_version=0)
+        _until_a_replica_serves(store, "s1")
+    finally:
+        store.close()
+    assert not [w for w in recwarn if "not a copy" in str(w.message)]

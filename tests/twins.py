@@ -19,7 +19,7 @@ from eventstore import AsyncEventStore
 __all__ = ["BlockingAsyncStore", "BlockingTurn", "make_async_store", "ITERATORS", "CONTEXTS"]
 
 #: The methods that return an async iterator (a list here).
-ITERATORS = ("history", "replay")
+ITERATORS = ("history", "replay", "follow", "feed")
 #: The methods that return an async context manager (a :class:`BlockingTurn` here).
 CONTEXTS = ("turn",)
 

@@ -12,10 +12,12 @@ twin only swaps the reads and the waits.
   A transaction id is assigned *before* the transaction commits, so ids do not follow
   commit order — the classic gap: a reader that moved past id 12 would miss transaction 11
   committing later. The feed therefore reads only rows whose ``xact`` is below the oldest
-  transaction still running (``pg_snapshot_xmin(pg_current_snapshot())``): every such row
-  is committed, and no row can ever be written below that bound again. No lock is taken
-  and nothing is ever skipped by a timer; a long-open writing transaction simply holds the
-  feed back until it ends (:attr:`Follower.lag` shows it).
+  transaction that can still write an event (one holding a lock on the events table or on
+  ``sessions``; see :mod:`eventstore.storage.pg_barrier`): every such row is committed,
+  and no row can ever be written below that bound again. Transactions that cannot write an
+  event (another database's, another table's) do not count. No lock is taken and nothing
+  is ever skipped by a timer; a long-open writing transaction simply holds the feed back
+  until it ends (:attr:`Follower.lag` shows it).
 - on SQLite writers take turns (``BEGIN IMMEDIATE``), so ``xact`` is a number that grows in
   commit order and every committed row is final at once.
 

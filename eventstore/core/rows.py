@@ -283,8 +283,8 @@ class FeedBarrier:
     """Where the feed may read up to, now.
 
     Attributes:
-        below: only rows with ``xact < below`` are final (PostgreSQL: the oldest running
-            transaction id); ``None`` when every committed row is final (SQLite).
+        below: only rows with ``xact < below`` are final (PostgreSQL: the oldest transaction
+            that can still write an event); ``None`` when every committed row is final (SQLite).
         pending: committed rows at or above ``below`` exist (they wait for an older
             transaction to end).
     """

@@ -20,11 +20,8 @@ import psycopg
 import psycopg.errors
 from psycopg import sql as pgsql
 from sqlalchemy import (
-    BigInteger,
     Connection,
-    Text,
     bindparam,
-    cast,
     create_engine,
     event,
     exists,
@@ -52,6 +49,7 @@ from eventstore.core.rows import (
 )
 from eventstore.errors import SchemaError, StorageError
 from eventstore.storage.interface import Tx
+from eventstore.storage.pg_barrier import writers_barrier
 from eventstore.storage.schema import BRIN_PAGES_PER_RANGE, events
 from eventstore.storage.sql import Compiled, ErrorKind, SqlStorage, session_row
 from eventstore.storage.watch import AsyncProbe, Probe, Signal
@@ -73,8 +71,8 @@ _MIGRATION_LOCK = 0x4E5F_7A31
 
 #: The default of ``events.xact`` (revision 0003): the writing transaction's id. It is the
 #: key of the feed's visibility barrier: a transaction's id is assigned before it commits,
-#: so rows below the oldest running transaction id are all committed and no row can ever
-#: be added below it again.
+#: so rows below the oldest transaction that can still write one are all committed and no
+#: row can ever be added below it again.
 FEED_XACT = "(pg_current_xact_id()::text)::bigint"
 
 
@@ -320,9 +318,11 @@ def _is_config_error(exc: BaseException) -> bool:
 
 
 def _snapshot_xmin() -> Any:
-    """The oldest transaction id still running in the statement's snapshot: every row
-    below it is committed for good, and no row can be added below it any more."""
-    return cast(cast(func.pg_snapshot_xmin(func.pg_current_snapshot()), Text), BigInteger)
+    """The oldest transaction that can still write an event, in the statement's snapshot:
+    every row below it is committed for good, and no row can be added below it any more.
+    Not the cluster's oldest transaction: a stranger's must not hold the feed (see
+    :mod:`eventstore.storage.pg_barrier`)."""
+    return writers_barrier()
 
 
 #: A band is always an index range, but the planner knows it only from statistics: on a

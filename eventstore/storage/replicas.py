@@ -4,6 +4,11 @@
 routes every read transaction and every one-statement load to a streaming replica when
 one is fit to serve it:
 
+- **a copy of the primary**: checked once, at its first contact, before it serves anything
+  (see :data:`S_IDENTITY`); one that is not — a standby of this cluster named with another
+  database, another schema, a server that restored a backup of it, a standby of another
+  primary — never serves a read: it is skipped for the store's life with a
+  :class:`ReplicaMismatch` warning saying why;
 - **alive**: a replica whose probe or read fails is skipped for a second, then tried again;
 - **close enough**: its replay is at most ``max_replica_lag`` seconds behind (measured on
   the replica: 0 when it has replayed all it received, else the age of the last
@@ -35,6 +40,7 @@ import itertools
 import math
 import threading
 import time
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import Any
@@ -49,7 +55,7 @@ from eventstore.storage.interface import Tx
 from eventstore.storage.postgres import PostgresStorage
 from eventstore.storage.sql import Compiled, SqlStorage, mask_url
 
-__all__ = ["ReplicatedPostgresStorage", "read_only_url", "DEFAULT_MAX_REPLICA_LAG"]
+__all__ = ["ReplicatedPostgresStorage", "ReplicaMismatch", "read_only_url", "DEFAULT_MAX_REPLICA_LAG"]
 
 #: Seconds of replay lag beyond which a replica is skipped, unless told otherwise.
 DEFAULT_MAX_REPLICA_LAG = 1.0
@@ -87,6 +93,27 @@ S_REPLICA_STATUS = select(
 )
 
 
+# What makes a server a copy of the primary's tables, the same on both: the cluster's
+# identifier (a physical copy keeps it; another cluster, even restored from the same backup
+# and promoted, still shares it, hence the replay position below), the database's name, and
+# the object ids of the store's tables as the connection's search_path finds them (a copy
+# has the same ones; another database or schema of this cluster has others, or none), and
+# the WAL position: a replica's replay position is checked against the primary's insert
+# position read after it (a copy is never ahead of its primary).
+S_IDENTITY = select(
+    literal_column("(SELECT system_identifier FROM pg_control_system())"),
+    func.current_database(),
+    literal_column("to_regclass('events')::oid::bigint"),
+    literal_column("to_regclass('sessions')::oid::bigint"),
+)
+S_REPLICA_IDENTITY = S_IDENTITY.add_columns(_lsn(_replay))
+S_PRIMARY_IDENTITY = S_IDENTITY.add_columns(_lsn(func.pg_current_wal_insert_lsn()))
+
+
+class ReplicaMismatch(UserWarning):
+    """A server named as a read replica is not a copy of the primary: it never serves reads."""
+
+
 def _sleep_on_loop(seconds: float) -> None:
     """``time.sleep`` for engine code running in a greenlet: the event loop sleeps."""
     await_(asyncio.sleep(seconds))
@@ -111,16 +138,21 @@ def read_only_url(url: str) -> str:
 class _Replica:
     """One replica and what its last probe proved."""
 
-    __slots__ = ("storage", "lsn", "fresh_until", "down_until")
+    __slots__ = ("storage", "name", "lsn", "fresh_until", "down_until", "checked", "refused")
 
-    def __init__(self, storage: PostgresStorage) -> None:
+    def __init__(self, storage: PostgresStorage, name: str) -> None:
         self.storage = storage
+        #: the URL as given (password masked), for messages.
+        self.name = name
         #: the replay position (bytes) of the last probe.
         self.lsn = -1
         #: monotonic instant until which the last probe proves the lag within the bound.
         self.fresh_until = 0.0
         #: monotonic instant before which the replica is not tried (it failed).
         self.down_until = 0.0
+        #: whether its identity was compared with the primary's, and found to differ.
+        self.checked = False
+        self.refused = False
 
     def probe(self, q: Compiled, max_lag: float) -> bool:
         """Ask the replica where it is; whether it may serve reads now.
@@ -182,7 +214,11 @@ class ReplicatedPostgresStorage(PostgresStorage):
         d = self.engine.dialect
         self._q_primary_lsn = Compiled(S_PRIMARY_LSN, d)
         self._q_status = Compiled(S_REPLICA_STATUS, d)
-        self._replicas = [_Replica(PostgresStorage(read_only_url(u), **options)) for u in urls]
+        self._q_replica_identity = Compiled(S_REPLICA_IDENTITY, d)
+        self._q_primary_identity = Compiled(S_PRIMARY_IDENTITY, d)
+        self._replicas = [
+            _Replica(PostgresStorage(read_only_url(u), **options), mask_url(u)) for u in urls
+        ]
         self._turn = itertools.count()
         # Engine code of an asyncio store runs in greenlets on the loop: never block it.
         self._sleep = _sleep_on_loop if options.get("use_asyncio") else time.sleep
@@ -314,6 +350,28 @@ class ReplicatedPostgresStorage(PostgresStorage):
                 self._seen = max(self._seen, int(lsn))
         return self._seen
 
+    def _check(self, r: _Replica) -> bool:
+        """Whether ``r`` is a copy of the primary; warns and refuses it for good if not
+        (``False`` also when it cannot be asked now: it is down, and asked again later)."""
+        try:
+            theirs = r.storage.fetch_one(self._q_replica_identity)
+        except StorageError:
+            r.failed()
+            return False
+        ours = self.fetch_one(self._q_primary_identity)  # after: a copy is never ahead
+        why = _not_a_copy(tuple(ours), tuple(theirs))
+        r.checked = True
+        if why is None:
+            return True
+        r.refused = True
+        warnings.warn(
+            f"read replica {r.name} is not a copy of the primary "
+            f"{self.safe_url} ({why}): it never serves reads; the primary does",
+            ReplicaMismatch,
+            stacklevel=2,
+        )
+        return False
+
     def _pick(self, position: int) -> _Replica | None:
         """A replica fit to serve a read that must see ``position``, or ``None``.
 
@@ -326,7 +384,7 @@ class ReplicatedPostgresStorage(PostgresStorage):
         behind: list[_Replica] = []
         now = time.monotonic()
         for r in order:
-            if now < r.down_until:
+            if now < r.down_until or r.refused or not (r.checked or self._check(r)):
                 continue
             probed = False
             if now >= r.fresh_until:
@@ -353,6 +411,25 @@ class ReplicatedPostgresStorage(PostgresStorage):
                 if r.probe(self._q_status, self.max_replica_lag) and r.lsn >= position:
                     return r
         return None
+
+
+def _not_a_copy(primary: tuple[Any, ...], replica: tuple[Any, ...]) -> str | None:
+    """Why a server whose :data:`S_IDENTITY` row (then its replay position) is ``replica``
+    is not a copy of the primary whose row (then its insert position) is ``primary``."""
+    (p_sys, p_db, p_events, p_sessions, p_lsn), (r_sys, r_db, r_events, r_sessions, r_lsn) = primary, replica
+    if r_sys != p_sys:
+        return f"another cluster: system identifier {r_sys}, the primary's is {p_sys}"
+    if r_db != p_db:
+        return f"database {r_db!r}, the primary's is {p_db!r}"
+    if r_events is None or r_sessions is None:
+        return "it has no eventstore tables on its search_path"
+    if (r_events, r_sessions) != (p_events, p_sessions):
+        return "its eventstore tables are other tables than the primary's (another schema)"
+    if r_lsn is None:
+        return "it is not a standby: it replays no WAL"
+    if r_lsn > p_lsn:
+        return "it has replayed past the primary's WAL position: a copy that diverged"
+    return None
 
 
 def _seconds(name: str, value: Any, *, positive: bool) -> float:

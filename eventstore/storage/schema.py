@@ -117,8 +117,8 @@ events = Table(
     Column("hash", LargeBinary, nullable=False),
     # The feed's order is (xact, session_pk, version). PostgreSQL: the writing transaction's
     # id (never lower than the session's previous event's), a column default so that every
-    # insert gets it; the feed reads only below the oldest running transaction. SQLite (one
-    # writer at a time): a number that grows in commit order, given by the insert — and
+    # insert gets it; the feed reads only below the oldest transaction that can still write
+    # an event. SQLite (one writer at a time): a number that grows in commit order, given by the insert — and
     # the table's rowid (see SQLITE_FEED_KEY).
     Column("xact", BigInteger().with_variant(Integer(), "sqlite"), nullable=True),
     PrimaryKeyConstraint("session_pk", "version"),
