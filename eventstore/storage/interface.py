@@ -23,6 +23,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from eventstore.core.rows import (
+    CatalogueEffect,
     DIGEST_SIZE,
     HASH_SIZE,
     ZERO_HASH,
@@ -219,11 +220,14 @@ class Storage(ABC):
         old_hash: bytes,
         rows: Sequence[EventRow],
         head_turn: int,
+        effect: CatalogueEffect | None = None,
     ) -> bool:
         """Append ``rows`` only if the head is still ``(old_head, old_hash)``.
 
         The optimistic fast path of a writer that knows the head from its last append:
         the head check is part of the write (PostgreSQL: one statement, one round trip).
+        The same statement applies ``effect`` to the session's catalogue columns
+        (``None``: none).
 
         Returns:
             ``True`` when the rows were written and the head moved to the last row;
@@ -240,6 +244,7 @@ class Storage(ABC):
         head_turn: int,
         snapshots: Sequence[SnapshotRow],
         blobs: Mapping[bytes, bytes],
+        effect: CatalogueEffect | None = None,
     ) -> bool:
         """:meth:`append_at` plus the snapshots it reaches, in a transaction of its own.
 
