@@ -100,6 +100,12 @@ def _status_after(actions: Sequence[Mapping[str, Any]], user: bool) -> str | Non
     return status
 
 
+def _title_text(text: Any) -> str:
+    """A user text as the automatic title: cut, and NUL (which a text column refuses)
+    shown as U+FFFD."""
+    return str(text)[:TITLE_CHARS].replace("\x00", "\ufffd")
+
+
 def effect(actions: Sequence[Mapping[str, Any]], recorded_at: int) -> CatalogueEffect:
     """What a batch of validated action dicts, recorded at ``recorded_at``, does to the
     catalogue columns of its session (see :class:`~eventstore.core.rows.CatalogueEffect`)."""
@@ -110,7 +116,7 @@ def effect(actions: Sequence[Mapping[str, Any]], recorded_at: int) -> CatalogueE
         if kind == "reset":
             reset, text = True, None
         elif kind == "send" and text is None:
-            text = str(a.get("text", ""))[:TITLE_CHARS]
+            text = _title_text(a.get("text", ""))
     return CatalogueEffect(
         recorded_at, _status_after(actions, True), _status_after(actions, False), reset, text
     )
@@ -140,7 +146,7 @@ def state_catalogue(state: Mapping[str, Any]) -> tuple[str, str | None]:
     for m in state.get("messages", ()):
         if m.get("role") == "user":
             texts = [p.get("text", "") for p in m.get("parts", ()) if p.get("type") == "text"]
-            return str(state.get("status", "idle")), (texts[0] if texts else "")[:TITLE_CHARS]
+            return str(state.get("status", "idle")), _title_text(texts[0] if texts else "")
     return str(state.get("status", "idle")), None
 
 

@@ -46,6 +46,7 @@ __all__ = [
     "effect_params",
     "apply_effect",
     "page",
+    "page_query",
     "rows_by_pk",
     "row_by_id",
     "all_rows",
@@ -146,8 +147,13 @@ def _escape_like(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-def page(
-    tx: Tx,
+def page(tx: Tx, dialect: str, **listing: Any) -> list[CatalogueRow]:
+    """Up to ``limit`` sessions of a listing after the keyset position ``after`` (the
+    arguments of :func:`page_query`)."""
+    return [_row(r) for r in tx.execute(page_query(dialect, **listing)).all()]
+
+
+def page_query(
     dialect: str,
     *,
     owner: str | None,
@@ -158,8 +164,8 @@ def page(
     include_lines: bool,
     after: tuple[int, str] | None,
     limit: int,
-) -> list[CatalogueRow]:
-    """Up to ``limit`` sessions of a listing after the keyset position ``after``.
+) -> Any:
+    """The SELECT of up to ``limit`` sessions of a listing after ``after``.
 
     Args:
         metadata: key → canonical JSON text of the value.
@@ -192,7 +198,7 @@ def page(
             t, sid = after
             q = q.where(s.created_at >= t, tuple_(s.created_at, s.id) > tuple_(literal(t), literal(sid)))
         q = q.order_by(s.created_at, s.id)
-    return [_row(r) for r in tx.execute(q.limit(limit)).all()]
+    return q.limit(limit)
 
 
 def rows_by_pk(tx: Tx, pks: Sequence[int]) -> dict[int, CatalogueRow]:
