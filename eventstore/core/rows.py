@@ -426,6 +426,8 @@ class CatalogueRow:
         updated_at: microseconds: the newest own event's time (or the creation's).
         status: the fold's status at ``head``.
         line_of: the pk of the session a kept line was rewound away from, or ``None``.
+        parent_id: the parent's id (``None`` for a root, or when not read).
+        interrupted: the event at ``head`` is the session's own interruption part (when read).
     """
 
     pk: int
@@ -447,3 +449,5 @@ class CatalogueRow:
     updated_at: int
     status: str
     line_of: int | None
+    parent_id: str | None = None
+    interrupted: bool = False

@@ -29,7 +29,7 @@ from eventstore.core.catalogue import (
 from eventstore.core.codec import canonical
 from eventstore.core.records import SessionInfo, to_datetime
 from eventstore.core.rows import CatalogueRow, SessionControl
-from eventstore.core.turn_rules import session_info
+from eventstore.core.turn_rules import INTERRUPTION, session_info
 from eventstore.engine.engine import Engine, now_micros
 from eventstore.storage import catalogue as rows
 
@@ -80,40 +80,38 @@ def set_info(
     return info(engine, session)
 
 
-def _infos(engine: Engine, tx: Any, found: list[CatalogueRow]) -> list[SessionInfo]:
-    parents = rows.parent_ids(tx, [r.parent_pk for r in found if r.parent_pk is not None])
-    own_heads = [(r.pk, r.head) for r in found if r.head > (r.fork_version or 0)]
-    payloads = rows.head_payloads(tx, own_heads)
-    out = []
-    for r in found:
-        control = SessionControl(
-            r.pk, r.head, b"", r.writer, r.writer_seen, r.closed_at, r.closed_reason,
-            head_payload=payloads.get(r.pk),
+#: What the event at an interrupted session's head holds (see ``interrupted``).
+_INTERRUPTION = canonical(INTERRUPTION)
+
+
+def _infos(found: list[CatalogueRow]) -> list[SessionInfo]:
+    return [
+        session_info(
+            SessionControl(
+                r.pk, r.head, b"", r.writer, r.writer_seen, r.closed_at, r.closed_reason,
+                head_payload=_INTERRUPTION if r.interrupted else None,
+            ),
+            id=r.id,
+            parent=r.parent_id,
+            fork_version=r.fork_version,
+            head=r.head,
+            baseline=r.baseline,
+            created_at=to_datetime(r.created_at),
+            head_turn=r.head_turn,
+            **catalogue_fields(r),
         )
-        out.append(
-            session_info(
-                control,
-                id=r.id,
-                parent=None if r.parent_pk is None else parents.get(r.parent_pk),
-                fork_version=r.fork_version,
-                head=r.head,
-                baseline=r.baseline,
-                created_at=to_datetime(r.created_at),
-                head_turn=r.head_turn,
-                **catalogue_fields(r),
-            )
-        )
-    return out
+        for r in found
+    ]
 
 
 def info(engine: Engine, session: Any) -> SessionInfo:
     """One session's catalogue entry (see :meth:`eventstore.EventStore.info`)."""
     engine.validate.id(session, "session")
     with engine.storage.read() as tx:
-        row = rows.row_by_id(tx, session)
+        row = rows.row_by_id(tx, session, _INTERRUPTION)
         if row is None:
             raise engine.missing(tx, session)
-        return _infos(engine, tx, [row])[0]
+    return _infos([row])[0]
 
 
 def info_changes(engine: Engine, session: Any) -> list[InfoChange]:
@@ -166,10 +164,11 @@ def list_sessions(
             include_lines=listing.include_lines,
             after=listing.after,
             limit=listing.limit + 1,
+            interruption=_INTERRUPTION,
         )
-        more = len(found) > listing.limit
-        found = found[: listing.limit]
-        items = _infos(engine, tx, found)
+    more = len(found) > listing.limit
+    found = found[: listing.limit]
+    items = _infos(found)
     next_cursor = None
     if more and found:
         last = found[-1]

@@ -15,6 +15,7 @@ the other filters are checked on the rows the scan meets.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import (
@@ -50,8 +51,6 @@ __all__ = [
     "rows_by_pk",
     "row_by_id",
     "all_rows",
-    "parent_ids",
-    "head_payloads",
     "set_info",
     "info_changes_of",
     "forget",
@@ -121,7 +120,28 @@ _ROW_COLS = (
 )
 
 
+_parent = sessions.alias("parent")
+
+
+def _listed_cols(interruption: bytes) -> tuple[Any, ...]:
+    """The row columns plus the parent's id and whether the head event is the
+    interruption part: correlated lookups by primary key, per listed row only."""
+    e = events.c
+    parent_id = select(_parent.c.id).where(_parent.c.pk == s.parent_pk).scalar_subquery()
+    interrupted = exists(
+        select(literal(1)).where(
+            e.session_pk == s.pk,
+            e.version == s.head,
+            s.head > func.coalesce(s.fork_version, 0),
+            e.payload == literal(interruption),
+        )
+    )
+    return (*_ROW_COLS, parent_id, interrupted)
+
+
 def _row(r: Any) -> CatalogueRow:
+    if len(r) > len(_ROW_COLS):
+        return replace(CatalogueRow(*r[: len(_ROW_COLS)]), parent_id=r[-2], interrupted=bool(r[-1]))
     return CatalogueRow(*r)
 
 
@@ -149,7 +169,7 @@ def _escape_like(text: str) -> str:
 
 def page(tx: Tx, dialect: str, **listing: Any) -> list[CatalogueRow]:
     """Up to ``limit`` sessions of a listing after the keyset position ``after`` (the
-    arguments of :func:`page_query`)."""
+    arguments of :func:`page_query`), parent ids and interruptions included."""
     return [_row(r) for r in tx.execute(page_query(dialect, **listing)).all()]
 
 
@@ -164,6 +184,7 @@ def page_query(
     include_lines: bool,
     after: tuple[int, str] | None,
     limit: int,
+    interruption: bytes = b"",
 ) -> Any:
     """The SELECT of up to ``limit`` sessions of a listing after ``after``.
 
@@ -171,8 +192,9 @@ def page_query(
         metadata: key → canonical JSON text of the value.
         query: a lower-cased title substring.
         after: ``(sort time, id)`` of the last session of the previous page.
+        interruption: the payload of the interruption part (``interrupted`` compares it).
     """
-    q = select(*_ROW_COLS)
+    q = select(*_listed_cols(interruption))
     if owner is not None:
         q = q.where(s.owner == owner)
     if not include_lines:
@@ -208,33 +230,15 @@ def rows_by_pk(tx: Tx, pks: Sequence[int]) -> dict[int, CatalogueRow]:
     return {r[0]: _row(r) for r in tx.execute(select(*_ROW_COLS).where(s.pk.in_(list(pks)))).all()}
 
 
-def row_by_id(tx: Tx, session_id: str) -> CatalogueRow | None:
-    """One session's catalogue row, or ``None``."""
-    r = tx.execute(select(*_ROW_COLS).where(s.id == session_id)).first()
+def row_by_id(tx: Tx, session_id: str, interruption: bytes = b"") -> CatalogueRow | None:
+    """One session's catalogue row (parent id and interruption included), or ``None``."""
+    r = tx.execute(select(*_listed_cols(interruption)).where(s.id == session_id)).first()
     return None if r is None else _row(r)
 
 
 def all_rows(tx: Tx) -> dict[int, CatalogueRow]:
     """Every session's catalogue row, by pk."""
     return {r[0]: _row(r) for r in tx.execute(select(*_ROW_COLS)).all()}
-
-
-def parent_ids(tx: Tx, pks: Sequence[int]) -> dict[int, str]:
-    """The ids of these sessions (a page's parents)."""
-    if not pks:
-        return {}
-    return {pk: sid for pk, sid in tx.execute(select(s.pk, s.id).where(s.pk.in_(sorted(set(pks))))).all()}
-
-
-def head_payloads(tx: Tx, heads: Sequence[tuple[int, int]]) -> dict[int, bytes]:
-    """The payload of the event at each ``(session pk, head)`` that is the session's own."""
-    if not heads:
-        return {}
-    e = events.c
-    rows = tx.execute(
-        select(e.session_pk, e.payload).where(tuple_(e.session_pk, e.version).in_(list(heads)))
-    ).all()
-    return {pk: bytes(p) for pk, p in rows}
 
 
 def set_info(
