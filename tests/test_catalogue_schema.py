@@ -59,11 +59,11 @@ def _plan(engine: Engine, **listing: Any) -> str:
         "limit": 51,
     }
     args.update(listing)
-    sql = page_query("postgresql", **args).compile(
-        dialect=postgresql.dialect(), compile_kwargs={"literal_binds": True}
-    )
+    _, stmt, params = page_query("postgresql", **args)
+    sql = stmt.compile(dialect=postgresql.dialect())
     with engine.connect() as conn:
-        return "\n".join(r[0] for r in conn.execute(text(f"EXPLAIN {sql}")))
+        explain = conn.exec_driver_sql(f"EXPLAIN {sql}", {**sql.params, **params})
+        return "\n".join(r[0] for r in explain)
 
 
 def test_a_page_is_an_index_scan_on_postgresql(pg_schema: str) -> None:

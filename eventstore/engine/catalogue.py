@@ -151,11 +151,9 @@ def list_sessions(
         cursor=cursor,
         include_lines=include_lines,
     )
-    st = engine.storage
-    with st.read() as tx:
-        found = rows.page(
-            tx,
-            st.dialect,
+    found = rows.page(
+            None,
+            engine.storage,
             owner=listing.owner,
             metadata={k: canonical(val).decode() for k, val in listing.metadata.items()},
             query=listing.query,
@@ -165,7 +163,7 @@ def list_sessions(
             after=listing.after,
             limit=listing.limit + 1,
             interruption=_INTERRUPTION,
-        )
+    )
     more = len(found) > listing.limit
     found = found[: listing.limit]
     items = _infos(found)

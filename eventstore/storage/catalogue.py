@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy import (
     BigInteger,
     Integer,
+    LargeBinary,
     Text,
     and_,
     bindparam,
@@ -32,13 +33,12 @@ from sqlalchemy import (
     literal,
     or_,
     select,
-    tuple_,
     update,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
 from eventstore.core.rows import NO_EFFECT, CatalogueEffect, CatalogueRow
-from eventstore.storage.interface import Tx
+from eventstore.storage.interface import Storage, Tx
 from eventstore.storage.schema import events, info_changes, sessions
 
 __all__ = [
@@ -123,7 +123,7 @@ _ROW_COLS = (
 _parent = sessions.alias("parent")
 
 
-def _listed_cols(interruption: bytes) -> tuple[Any, ...]:
+def _listed_cols(interruption: Any) -> tuple[Any, ...]:
     """The row columns plus the parent's id and whether the head event is the
     interruption part: correlated lookups by primary key, per listed row only."""
     e = events.c
@@ -133,10 +133,13 @@ def _listed_cols(interruption: bytes) -> tuple[Any, ...]:
             e.session_pk == s.pk,
             e.version == s.head,
             s.head > func.coalesce(s.fork_version, 0),
-            e.payload == literal(interruption),
+            e.payload == interruption,
         )
     )
     return (*_ROW_COLS, parent_id, interrupted)
+
+
+_LISTED_COLS = _listed_cols(bindparam("interruption", type_=LargeBinary))
 
 
 def _row(r: Any) -> CatalogueRow:
@@ -145,20 +148,20 @@ def _row(r: Any) -> CatalogueRow:
     return CatalogueRow(*r)
 
 
-def _metadata_match(dialect: str, key: str, value_json: str) -> Any:
-    """``sessions.metadata`` holds ``key`` with the JSON value ``value_json`` (by value:
-    key order and spacing do not matter)."""
+def _metadata_match(dialect: str, i: int) -> Any:
+    """``sessions.metadata`` holds the key ``mk{i}`` with the JSON value ``mv{i}`` (by
+    value: key order and spacing do not matter)."""
+    key, value = bindparam(f"mk{i}", type_=Text), bindparam(f"mv{i}", type_=Text)
     if dialect == "postgresql":
-        return cast(s.metadata, JSONB)[key] == cast(literal(value_json, Text), JSONB)
-    each = func.json_each(s.metadata).table_valued("key", "type", "value").alias("m")
-    v = literal(value_json, Text)
+        return cast(s.metadata, JSONB)[key] == cast(value, JSONB)
+    each = func.json_each(s.metadata).table_valued("key", "type", "value").alias(f"m{i}")
     return exists(
         select(literal(1))
         .select_from(each)
         .where(
-            each.c.key == literal(key, Text),
-            each.c.type == func.json_type(v),
-            or_(each.c.type == "null", each.c.value == func.json_extract(v, "$")),
+            each.c.key == key,
+            each.c.type == func.json_type(value),
+            or_(each.c.type == "null", each.c.value == func.json_extract(value, "$")),
         )
     )
 
@@ -167,10 +170,14 @@ def _escape_like(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-def page(tx: Tx, dialect: str, **listing: Any) -> list[CatalogueRow]:
+def page(tx: Tx | None, storage: Storage, **listing: Any) -> list[CatalogueRow]:
     """Up to ``limit`` sessions of a listing after the keyset position ``after`` (the
-    arguments of :func:`page_query`), parent ids and interruptions included."""
-    return [_row(r) for r in tx.execute(page_query(dialect, **listing)).all()]
+    arguments of :func:`page_query`), parent ids and interruptions included: one
+    statement, run alone (``storage.fetch_all``) when ``tx`` is ``None``."""
+    key, stmt, params = page_query(storage.dialect, **listing)
+    if tx is None:
+        return [_row(r) for r in storage.fetch_all(key, stmt, params)]
+    return [_row(r) for r in tx.execute(stmt, params).all()]
 
 
 def page_query(
@@ -185,8 +192,9 @@ def page_query(
     after: tuple[int, str] | None,
     limit: int,
     interruption: bytes = b"",
-) -> Any:
-    """The SELECT of up to ``limit`` sessions of a listing after ``after``.
+) -> tuple[tuple[Any, ...], Any, dict[str, Any]]:
+    """The SELECT of up to ``limit`` sessions of a listing after ``after``: ``(shape,
+    statement, parameters)``, the shape a key for the compiled statement.
 
     Args:
         metadata: key → canonical JSON text of the value.
@@ -194,33 +202,43 @@ def page_query(
         after: ``(sort time, id)`` of the last session of the previous page.
         interruption: the payload of the interruption part (``interrupted`` compares it).
     """
-    q = select(*_listed_cols(interruption))
+    params: dict[str, Any] = {"lim": limit, "interruption": interruption}
+    q = select(*_LISTED_COLS)
     if owner is not None:
-        q = q.where(s.owner == owner)
+        q = q.where(s.owner == bindparam("owner", type_=Text))
+        params["owner"] = owner
     if not include_lines:
         q = q.where(s.line_of.is_(None))
     if status == "closed":
         q = q.where(s.closed_at.is_not(None))
     elif status is not None:
-        q = q.where(s.status == status, s.closed_at.is_(None))
+        q = q.where(s.status == bindparam("status", type_=Text), s.closed_at.is_(None))
+        params["status"] = status
     if query:
         title = func.lower(func.coalesce(s.title, s.first_text))
-        q = q.where(title.like("%" + _escape_like(query) + "%", escape="\\"))
-    for key, value in metadata.items():
-        q = q.where(_metadata_match(dialect, key, value))
+        q = q.where(title.like(bindparam("pattern", type_=Text), escape="\\"))
+        params["pattern"] = "%" + _escape_like(query) + "%"
+    for i, (k, v) in enumerate(metadata.items()):
+        q = q.where(_metadata_match(dialect, i))
+        params[f"mk{i}"], params[f"mv{i}"] = k, v
+    t, sid = bindparam("t", type_=BigInteger), bindparam("sid", type_=Text)
+    if after is not None:
+        params["t"], params["sid"] = after
     if order == "recent":
         if after is not None:
-            t, sid = after
             # The first bound is what the index scan starts from; the second drops the
             # entries of the cursor's time up to its id.
             q = q.where(s.updated_at <= t, or_(s.updated_at < t, and_(s.updated_at == t, s.id > sid)))
         q = q.order_by(s.updated_at.desc(), s.id)
     else:
         if after is not None:
-            t, sid = after
-            q = q.where(s.created_at >= t, tuple_(s.created_at, s.id) > tuple_(literal(t), literal(sid)))
+            q = q.where(s.created_at >= t, or_(s.created_at > t, and_(s.created_at == t, s.id > sid)))
         q = q.order_by(s.created_at, s.id)
-    return q.limit(limit)
+    shape = (
+        dialect, owner is not None, include_lines, status == "closed", status is not None,
+        bool(query), len(metadata), after is not None, order,
+    )
+    return shape, q.limit(bindparam("lim", type_=Integer)), params
 
 
 def rows_by_pk(tx: Tx, pks: Sequence[int]) -> dict[int, CatalogueRow]:
@@ -232,7 +250,9 @@ def rows_by_pk(tx: Tx, pks: Sequence[int]) -> dict[int, CatalogueRow]:
 
 def row_by_id(tx: Tx, session_id: str, interruption: bytes = b"") -> CatalogueRow | None:
     """One session's catalogue row (parent id and interruption included), or ``None``."""
-    r = tx.execute(select(*_listed_cols(interruption)).where(s.id == session_id)).first()
+    r = tx.execute(
+        select(*_LISTED_COLS).where(s.id == session_id), {"interruption": interruption}
+    ).first()
     return None if r is None else _row(r)
 
 

@@ -259,6 +259,11 @@ class Storage(ABC):
         """
 
     @abstractmethod
+    def fetch_all(self, key: Any, stmt: Any, params: Mapping[str, Any]) -> list[Any]:
+        """Every row of one read-only Core statement run on its own (one snapshot; on
+        PostgreSQL in autocommit, compiled once per ``key``, the statement's shape)."""
+
+    @abstractmethod
     def list_sessions(self, tx: Tx) -> list[SessionRow]:
         """Every session, oldest first."""
 

@@ -893,6 +893,8 @@ class PostgresStorage(SqlStorage):
         self._asyncio = use_asyncio
         # PgBouncer in transaction mode: no prepared statement at all, not even the load's.
         self._prepare_load = prepare_threshold is not None
+        #: Compiled catalogue statements by shape (see :meth:`fetch_all`).
+        self._q_shapes: dict[Any, Compiled] = {}
         self._ping_after = float(ping_after_idle_s)
         # Pooled connections checked in before this (monotonic) instant are suspect: a
         # connection failed since, so the server may have dropped them all.
@@ -1106,6 +1108,15 @@ class PostgresStorage(SqlStorage):
             raise
         finally:
             fairy.close()
+
+    def fetch_all(self, key: Any, stmt: Any, params: Mapping[str, Any]) -> list[Any]:
+        # One statement in autocommit: no BEGIN/COMMIT round trips (a catalogue page).
+        q = self._q_shapes.get(key)
+        if q is None:
+            q = self._q_shapes.setdefault(key, Compiled(stmt, self.engine.dialect))
+        with self._errors(), self._autocommit(hot=True) as cur:
+            cur.execute(q.sql, q.args(params))
+            return list(cur.fetchall())
 
     def fetch_one(self, q: Compiled, params: Mapping[str, Any] | None = None) -> Any:
         """The first row of one compiled statement, run alone in autocommit (``None``: no row).

@@ -635,6 +635,12 @@ class SqlStorage(Storage):
         finally:
             cur.close()
 
+    def fetch_all(self, key: Any, stmt: Any, params: Mapping[str, Any]) -> list[Any]:
+        """Every row of one read-only Core statement, run on its own (one snapshot).
+        ``key`` names the statement's shape (PostgreSQL caches its compiled form by it)."""
+        with self.read() as tx:
+            return list(tx.execute(stmt, dict(params)).all())
+
     # -- transactions -------------------------------------------------------------------
 
     @contextmanager
