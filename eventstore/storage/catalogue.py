@@ -14,8 +14,8 @@ the other filters are checked on the rows the scan meets.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import (
@@ -143,8 +143,7 @@ _LISTED_COLS = _listed_cols(bindparam("interruption", type_=LargeBinary))
 
 
 def _row(r: Any) -> CatalogueRow:
-    if len(r) > len(_ROW_COLS):
-        return replace(CatalogueRow(*r[: len(_ROW_COLS)]), parent_id=r[-2], interrupted=bool(r[-1]))
+    # Listed rows carry the parent's id and ``interrupted`` (SQLite: 0 or 1) last.
     return CatalogueRow(*r)
 
 
@@ -194,7 +193,8 @@ def page_query(
     interruption: bytes = b"",
 ) -> tuple[tuple[Any, ...], Any, dict[str, Any]]:
     """The SELECT of up to ``limit`` sessions of a listing after ``after``: ``(shape,
-    statement, parameters)``, the shape a key for the compiled statement.
+    statement, parameters)``; the statement depends on the shape only (and is built once
+    per shape).
 
     Args:
         metadata: key → canonical JSON text of the value.
@@ -203,42 +203,58 @@ def page_query(
         interruption: the payload of the interruption part (``interrupted`` compares it).
     """
     params: dict[str, Any] = {"lim": limit, "interruption": interruption}
-    q = select(*_LISTED_COLS)
     if owner is not None:
-        q = q.where(s.owner == bindparam("owner", type_=Text))
         params["owner"] = owner
-    if not include_lines:
-        q = q.where(s.line_of.is_(None))
-    if status == "closed":
-        q = q.where(s.closed_at.is_not(None))
-    elif status is not None:
-        q = q.where(s.status == bindparam("status", type_=Text), s.closed_at.is_(None))
+    if status is not None and status != "closed":
         params["status"] = status
     if query:
-        title = func.lower(func.coalesce(s.title, s.first_text))
-        q = q.where(title.like(bindparam("pattern", type_=Text), escape="\\"))
         params["pattern"] = "%" + _escape_like(query) + "%"
     for i, (k, v) in enumerate(metadata.items()):
-        q = q.where(_metadata_match(dialect, i))
         params[f"mk{i}"], params[f"mv{i}"] = k, v
-    t, sid = bindparam("t", type_=BigInteger), bindparam("sid", type_=Text)
     if after is not None:
         params["t"], params["sid"] = after
+    shape = (
+        dialect,
+        owner is not None,
+        include_lines,
+        None if status is None else status == "closed",
+        bool(query),
+        len(metadata),
+        after is not None,
+        order,
+    )
+    return shape, _statement(shape), params
+
+
+@functools.lru_cache(maxsize=256)
+def _statement(shape: tuple[Any, ...]) -> Any:
+    dialect, by_owner, include_lines, closed, by_query, n_metadata, paged, order = shape
+    q = select(*_LISTED_COLS)
+    if by_owner:
+        q = q.where(s.owner == bindparam("owner", type_=Text))
+    if not include_lines:
+        q = q.where(s.line_of.is_(None))
+    if closed is True:
+        q = q.where(s.closed_at.is_not(None))
+    elif closed is False:
+        q = q.where(s.status == bindparam("status", type_=Text), s.closed_at.is_(None))
+    if by_query:
+        title = func.lower(func.coalesce(s.title, s.first_text))
+        q = q.where(title.like(bindparam("pattern", type_=Text), escape="\\"))
+    for i in range(n_metadata):
+        q = q.where(_metadata_match(dialect, i))
+    t, sid = bindparam("t", type_=BigInteger), bindparam("sid", type_=Text)
     if order == "recent":
-        if after is not None:
+        if paged:
             # The first bound is what the index scan starts from; the second drops the
             # entries of the cursor's time up to its id.
             q = q.where(s.updated_at <= t, or_(s.updated_at < t, and_(s.updated_at == t, s.id > sid)))
         q = q.order_by(s.updated_at.desc(), s.id)
     else:
-        if after is not None:
+        if paged:
             q = q.where(s.created_at >= t, or_(s.created_at > t, and_(s.created_at == t, s.id > sid)))
         q = q.order_by(s.created_at, s.id)
-    shape = (
-        dialect, owner is not None, include_lines, status == "closed", status is not None,
-        bool(query), len(metadata), after is not None, order,
-    )
-    return shape, q.limit(bindparam("lim", type_=Integer)), params
+    return q.limit(bindparam("lim", type_=Integer))
 
 
 def rows_by_pk(tx: Tx, pks: Sequence[int]) -> dict[int, CatalogueRow]:
