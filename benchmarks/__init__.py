@@ -25,6 +25,7 @@ BENCHMARKS: list[str] = [
     "soak",  # reliability audit; 10 s per backend by default (--seconds N for a real soak)
     "startup",  # CLI start-up and long-log output, before/after against a git revision
     "scale",  # partitions vs plain, growth, replicas; needs the replica of scripts/with-postgres
+    "catalogue",  # a sidebar page among up to 1M sessions; what the catalogue costs appends
 ]
 """Benchmark modules run, in this order, by ``python -m benchmarks all``."""
 

@@ -7,14 +7,16 @@ import os
 import platform
 import re
 import statistics
+import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-__all__ = ["machine", "record_section", "run_times", "timed"]
+__all__ = ["machine", "record_section", "run_times", "timed", "extract_tree"]
 
 
 def _version(pkg: str) -> str:
@@ -88,3 +90,19 @@ def record_section(results_md: Path, heading: str, section: str) -> None:
     else:
         text = text.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
     results_md.write_text(text)
+
+
+def extract_tree(root: Path, revision: str, into: Path) -> Path:
+    """The source tree of ``revision`` (eventstore, cli, migrations) of the repository at
+    ``root``, extracted under ``into``: a baseline to run side by side with the working tree."""
+    archive = into / "tree.tar"
+    with archive.open("wb") as fh:
+        subprocess.run(
+            ["git", "-C", str(root), "archive", revision, "eventstore", "cli", "migrations"],
+            stdout=fh,
+            check=True,
+        )
+    tree = into / "tree"
+    with tarfile.open(archive) as tar:
+        tar.extractall(tree, filter="data")
+    return tree

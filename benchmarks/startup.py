@@ -25,7 +25,6 @@ import resource
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -33,7 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import machine, record_section
+from benchmarks._common import extract_tree, machine, record_section
 
 __all__ = ["main"]
 
@@ -48,17 +47,7 @@ _RUN = "import sys; sys.argv[0] = 'eventstore'; from eventstore_cli.app import m
 
 def _extract(revision: str, into: Path) -> Path:
     """The source tree of ``revision`` (eventstore, cli, migrations) under ``into``."""
-    archive = into / "tree.tar"
-    with archive.open("wb") as fh:
-        subprocess.run(
-            ["git", "-C", str(ROOT), "archive", revision, "eventstore", "cli", "migrations"],
-            stdout=fh,
-            check=True,
-        )
-    tree = into / "tree"
-    with tarfile.open(archive) as tar:
-        tar.extractall(tree, filter="data")
-    return tree
+    return extract_tree(ROOT, revision, into)
 
 
 def _timed(tree: Path, args: list[str], cwd: Path) -> tuple[float, float]:

@@ -36,6 +36,8 @@ _PUBLIC: dict[str, dict[str, str]] = {
         "Follower": "eventstore.core.feed_rules",
         "AsyncFollower": "eventstore.core.feed_rules",
         "SessionInfo": "eventstore.core.records",
+        "SessionPage": "eventstore.core.catalogue",
+        "InfoChange": "eventstore.core.catalogue",
         "VerifyReport": "eventstore.core.records",
         "Problem": "eventstore.core.records",
         "SessionDiff": "eventstore.core.diff",
@@ -241,6 +243,12 @@ if TYPE_CHECKING:  # static checkers cannot follow the table: they read these im
     )
     from eventstore.core.records import (
         SessionInfo as SessionInfo,
+    )
+    from eventstore.core.catalogue import (
+        InfoChange as InfoChange,
+    )
+    from eventstore.core.catalogue import (
+        SessionPage as SessionPage,
     )
     from eventstore.core.records import (
         VerifyReport as VerifyReport,

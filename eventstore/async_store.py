@@ -30,12 +30,14 @@ from datetime import timedelta
 from types import TracebackType
 from typing import IO, Any
 
+from eventstore.core.catalogue import InfoChange, SessionPage
 from eventstore.core.checkpoints import Checkpoint
 from eventstore.core.diff import SessionDiff
 from eventstore.core.feed_rules import AsyncFollower, FollowState
 from eventstore.core.models import Action, SessionState
 from eventstore.core.records import AppendResult, RecordedEvent, Recovery, SessionInfo, VerifyReport
 from eventstore.core.turn_view import Turn
+from eventstore.engine import catalogue
 from eventstore.engine import turns as streaming
 from eventstore.engine.async_bridge import iterate, live, run
 from eventstore.engine.async_turns import AsyncStreamingTurn, AsyncTurnWriter
@@ -252,6 +254,54 @@ class AsyncEventStore(StoreBase):
     async def sessions(self) -> list[SessionInfo]:
         """Twin of :meth:`EventStore.sessions <eventstore.EventStore.sessions>`."""
         return await run(self._engine.sessions)
+
+    async def set_info(
+        self,
+        session: str,
+        *,
+        title: str | None = None,
+        owner: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        actor: str | None = None,
+    ) -> SessionInfo:
+        """Twin of :meth:`EventStore.set_info <eventstore.EventStore.set_info>`."""
+        return await run(
+            catalogue.set_info, self._engine, session, title=title, owner=owner, metadata=metadata, actor=actor
+        )
+
+    async def info(self, session: str) -> SessionInfo:
+        """Twin of :meth:`EventStore.info <eventstore.EventStore.info>`."""
+        return await run(catalogue.info, self._engine, session)
+
+    async def info_changes(self, session: str) -> list[InfoChange]:
+        """Twin of :meth:`EventStore.info_changes <eventstore.EventStore.info_changes>`."""
+        return await run(catalogue.info_changes, self._engine, session)
+
+    async def list_sessions(
+        self,
+        *,
+        owner: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        query: str | None = None,
+        status: str | None = None,
+        order: str = "recent",
+        limit: int = 50,
+        cursor: str | None = None,
+        include_lines: bool = False,
+    ) -> SessionPage:
+        """Twin of :meth:`EventStore.list_sessions <eventstore.EventStore.list_sessions>`."""
+        return await run(
+            catalogue.list_sessions,
+            self._engine,
+            owner=owner,
+            metadata=metadata,
+            query=query,
+            status=status,
+            order=order,
+            limit=limit,
+            cursor=cursor,
+            include_lines=include_lines,
+        )
 
     async def diff(
         self, a: tuple[str, int | None], b: tuple[str, int | None], *, events: bool = False

@@ -28,12 +28,14 @@ from datetime import timedelta
 from types import TracebackType
 from typing import IO, Any
 
+from eventstore.core.catalogue import InfoChange, SessionPage
 from eventstore.core.checkpoints import Checkpoint
 from eventstore.core.diff import SessionDiff
 from eventstore.core.feed_rules import Follower
 from eventstore.core.models import Action, SessionState
 from eventstore.core.records import AppendResult, RecordedEvent, Recovery, SessionInfo, VerifyReport
 from eventstore.core.turn_view import Turn
+from eventstore.engine import catalogue
 from eventstore.engine import turns as streaming
 from eventstore.engine.engine import DEFAULT_SNAPSHOT_EVERY
 from eventstore.engine.facade import StoreBase
@@ -420,6 +422,114 @@ class EventStore(StoreBase):
     def sessions(self) -> list[SessionInfo]:
         """Every session (roots and branches), oldest first."""
         return self._engine.sessions()
+
+    # -- the catalogue ------------------------------------------------------------------
+
+    def set_info(
+        self,
+        session: str,
+        *,
+        title: str | None = None,
+        owner: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        actor: str | None = None,
+    ) -> SessionInfo:
+        """Set a session's title, owner or info metadata (what a sidebar shows and filters on).
+
+        Not an event: the log and the head do not move. Each call that sets something is
+        recorded (who, when, what): see :meth:`info_changes`.
+
+        Args:
+            session: an existing session.
+            title: the title (up to 200 characters, no control characters); ``""`` clears
+                it, so that the first user text shows again; ``None`` leaves it unchanged.
+            owner: the owner (an id: up to ``max_id_length`` characters, no control
+                characters); ``None`` leaves it unchanged.
+            metadata: a JSON object (at most 64 keys, 8 KiB encoded, no control
+                characters) that replaces the session's info metadata as a whole (``{}``
+                clears it); ``None`` leaves it unchanged.
+            actor: who made the change (recorded).
+
+        Returns:
+            The session's :class:`SessionInfo` after the change.
+
+        Raises:
+            InvalidEvent: an argument is malformed; nothing was changed.
+            SessionNotFound: no such session (:class:`~eventstore.SessionErased` if erased).
+        """
+        return catalogue.set_info(
+            self._engine, session, title=title, owner=owner, metadata=metadata, actor=actor
+        )
+
+    def info(self, session: str) -> SessionInfo:
+        """One session's :class:`SessionInfo` (as :meth:`sessions` and :meth:`list_sessions` give it).
+
+        Raises:
+            InvalidEvent: ``session`` is not a valid id.
+            SessionNotFound: no such session.
+        """
+        return catalogue.info(self._engine, session)
+
+    def info_changes(self, session: str) -> list[InfoChange]:
+        """Every :meth:`set_info` recorded for a session, oldest first: who, when, what.
+
+        Raises:
+            InvalidEvent: ``session`` is not a valid id.
+            SessionNotFound: no such session.
+        """
+        return catalogue.info_changes(self._engine, session)
+
+    def list_sessions(
+        self,
+        *,
+        owner: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        query: str | None = None,
+        status: str | None = None,
+        order: str = "recent",
+        limit: int = 50,
+        cursor: str | None = None,
+        include_lines: bool = False,
+    ) -> SessionPage:
+        """One page of sessions, for a sidebar: ``recent`` (newest activity first) or
+        ``created`` (oldest first), filtered.
+
+        Paging with ``next_cursor`` while other sessions are written never repeats or
+        skips a session whose sort time did not change (a session written meanwhile moves
+        to the front of ``recent``). Erased sessions are never listed.
+
+        Args:
+            owner: only this owner's sessions (exact).
+            metadata: only sessions whose info metadata has each of these keys with this
+                value (compared as JSON values).
+            query: only sessions whose title contains this, case-insensitively (ASCII
+                letters: the database's ``lower()``).
+            status: ``idle``, ``streaming`` or ``error`` (the fold's status of sessions
+                not closed), or ``closed``.
+            order: ``"recent"`` (``updated_at`` newest first, ties by id) or ``"created"``
+                (``created_at`` oldest first, ties by id).
+            limit: the page size, 1..1000.
+            cursor: a page's ``next_cursor``, with the same filters and order.
+            include_lines: also list the lines kept by a rewind.
+
+        Returns:
+            A :class:`SessionPage`: ``items`` and ``next_cursor`` (``None`` on the last page).
+
+        Raises:
+            InvalidEvent: an argument is malformed, or ``cursor`` was not handed out by a
+                listing with these filters (or was altered).
+        """
+        return catalogue.list_sessions(
+            self._engine,
+            owner=owner,
+            metadata=metadata,
+            query=query,
+            status=status,
+            order=order,
+            limit=limit,
+            cursor=cursor,
+            include_lines=include_lines,
+        )
 
     def diff(
         self, a: tuple[str, int | None], b: tuple[str, int | None], *, events: bool = False

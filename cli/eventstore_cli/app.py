@@ -237,8 +237,42 @@ def append(
 
 @app.command()
 @cli_errors
-def sessions(ctx: typer.Context, as_json: bool = JsonOpt) -> None:
-    """List sessions with head, parent, fork point and baseline, and the branch tree."""
+def sessions(
+    ctx: typer.Context,
+    owner: str | None = typer.Option(None, "--owner", help="Only this owner's sessions."),
+    meta: list[str] = typer.Option([], "--meta", metavar="K=V", help="Only sessions whose metadata has K=V (repeatable)."),
+    query: str | None = typer.Option(None, "--query", "-q", help="Only titles containing this (any case)."),
+    status: str | None = typer.Option(None, "--status", help="idle, streaming, error or closed."),
+    order: str | None = typer.Option(None, "--order", help="recent (newest activity first, default) or created."),
+    limit: int | None = typer.Option(None, "--limit", "-n", help="Sessions per page, 1..1000 (default 50)."),
+    cursor: str | None = typer.Option(None, "--cursor", help="The next page of an earlier listing."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """List sessions with head, parent, fork point and baseline, and the branch tree.
+
+    With any of --owner, --meta, --query, --status, --order, --limit or --cursor: one page
+    of the catalogue (title, owner, status, turns, last activity) and the cursor of the
+    next page; --json then prints {"items": [...], "next_cursor": ...}.
+    """
+    if any(v is not None for v in (owner, query, status, order, limit, cursor)) or meta:
+        from .catalogue import catalogue_table, parse_meta
+
+        metadata = parse_meta(meta)
+        with open_store(ctx) as store:
+            page = store.list_sessions(
+                owner=owner,
+                metadata=metadata or None,
+                query=query,
+                status=status,
+                order=order or "recent",
+                limit=50 if limit is None else limit,
+                cursor=cursor,
+            )
+        if as_json:
+            print_json(page.to_json())
+        else:
+            _out().print(catalogue_table(page.items, page.next_cursor))
+        return
     with open_store(ctx) as store:
         infos = list(store.sessions())
     if as_json:
@@ -254,6 +288,36 @@ def sessions(ctx: typer.Context, as_json: bool = JsonOpt) -> None:
     tree = render.branch_tree(infos)
     if tree is not None:
         out.print(tree)
+
+
+@app.command()
+@cli_errors
+def info(
+    ctx: typer.Context,
+    session: str = typer.Argument(..., metavar=SESSION, help="The session."),
+    title: str | None = typer.Option(None, "--title", help="Set the title ('' clears it)."),
+    owner: str | None = typer.Option(None, "--owner", help="Set the owner."),
+    meta: list[str] = typer.Option([], "--meta", metavar="K=V", help="Set the metadata to these pairs (repeatable; replaces it whole)."),
+    actor: str | None = typer.Option(None, "--actor", help="Who makes the change (recorded)."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Show a session's catalogue entry (title, owner, metadata, status) and its record of
+    changes; with --title, --owner or --meta, set them first (no event is appended).
+
+    Example: eventstore info s1 --title "Coffee mugs" --owner user:ada --meta tenant=acme
+    """
+    from .catalogue import info_table, parse_meta
+
+    metadata = parse_meta(meta)
+    with open_store(ctx) as store:
+        if title is not None or owner is not None or metadata:
+            store.set_info(session, title=title, owner=owner, metadata=metadata or None, actor=actor)
+        entry = store.info(session)
+        changes = store.info_changes(session)
+    if as_json:
+        print_json({**entry.to_json(), "info_changes": [c.to_json() for c in changes]})
+    else:
+        _out().print(info_table(entry, changes))
 
 
 @app.command()

@@ -141,6 +141,15 @@ class SessionInfo:
             an exception) and nothing continued it yet.
         writer_seen: when the streaming turn that holds the session last flushed or
             renewed its lease, or ``None`` when no turn holds it.
+        title: the title set with ``set_info``, else the first user text cut to 80
+            characters; ``None`` before any ``send``.
+        owner: the owner set with ``set_info``, or ``None``.
+        metadata: the info metadata set with ``set_info`` (``{}`` when unset; not the
+            events' metadata).
+        updated_at: when its newest own event was recorded (a branch without events of
+            its own: when it was made).
+        turns: its number of turns (``send`` events) up to ``head``.
+        status: the fold's status at ``head``: ``idle``, ``streaming`` or ``error``.
     """
 
     id: str
@@ -154,6 +163,12 @@ class SessionInfo:
     closed_reason: str | None = None
     interrupted: bool = False
     writer_seen: datetime | None = None
+    title: str | None = None
+    owner: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    updated_at: datetime | None = None
+    turns: int = 0
+    status: str = "idle"
 
     @property
     def closed(self) -> bool:
@@ -175,6 +190,12 @@ class SessionInfo:
             "closed_reason": self.closed_reason,
             "interrupted": self.interrupted,
             "writer_seen": None if self.writer_seen is None else iso(self.writer_seen),
+            "title": self.title,
+            "owner": self.owner,
+            "metadata": self.metadata,
+            "updated_at": None if self.updated_at is None else iso(self.updated_at),
+            "turns": self.turns,
+            "status": self.status,
         }
 
 

@@ -29,6 +29,9 @@ __all__ = [
     "Band",
     "SessionControl",
     "TurnBatch",
+    "CatalogueEffect",
+    "NO_EFFECT",
+    "CatalogueRow",
 ]
 
 #: The hash a root session's first event chains from.
@@ -86,6 +89,9 @@ class NewSession:
     baseline: int = 0
     baseline_hash: bytes | None = None
     baseline_turn: int = 0
+    #: The catalogue's fold status and first user text at ``head`` (a branch's at its fork).
+    status: str = "idle"
+    first_text: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -373,3 +379,75 @@ class TurnBatch:
     blobs: Mapping[bytes, bytes] = field(default_factory=dict)
     release: bool = False
     claim: bool = False
+    effect: CatalogueEffect | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogueEffect:
+    """What a batch of events does to a session's catalogue columns (``sessions.status``,
+    ``first_text``, ``updated_at``), decided without reading the session's state.
+
+    The write applies it to the row it moves, reading the old values (see
+    :mod:`eventstore.core.catalogue`): ``first_text`` is not ``NULL`` exactly when the
+    state holds a user message, which is all a ``retry`` needs to know.
+
+    Attributes:
+        updated_at: the batch's ``recorded_at`` (``None``: unchanged).
+        status_with_user: the status after the batch if the state before it holds a user
+            message (``None``: unchanged).
+        status_without_user: likewise if it holds none.
+        reset: the batch resets the state: ``first_text`` becomes ``first_text`` below.
+        first_text: the first user text the batch adds (cut), or ``None``.
+    """
+
+    updated_at: int | None
+    status_with_user: str | None
+    status_without_user: str | None
+    reset: bool
+    first_text: str | None
+
+
+#: A batch that changes nothing in the catalogue (a lease renewal).
+NO_EFFECT = CatalogueEffect(None, None, None, False, None)
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogueRow:
+    """One session as the catalogue lists it (``sessions`` columns, decoded by the engine).
+
+    Attributes:
+        pk, id, parent_pk, fork_version, head, baseline, head_turn, created_at: as in
+            :class:`SessionRow`.
+        closed_at, closed_reason, writer, writer_seen: as in :class:`SessionControl`.
+        title: the title set by ``set_info``, or ``None``.
+        first_text: the state's first user text (cut), or ``None``.
+        owner: the owner set by ``set_info``, or ``None``.
+        metadata: canonical JSON text of the info metadata, or ``None`` (unset).
+        updated_at: microseconds: the newest own event's time (or the creation's).
+        status: the fold's status at ``head``.
+        line_of: the pk of the session a kept line was rewound away from, or ``None``.
+        parent_id: the parent's id (``None`` for a root, or when not read).
+        interrupted: the event at ``head`` is the session's own interruption part (when read).
+    """
+
+    pk: int
+    id: str
+    parent_pk: int | None
+    fork_version: int | None
+    head: int
+    baseline: int
+    head_turn: int
+    created_at: int
+    closed_at: int | None
+    closed_reason: str | None
+    writer: str | None
+    writer_seen: int | None
+    title: str | None
+    first_text: str | None
+    owner: str | None
+    metadata: str | None
+    updated_at: int
+    status: str
+    line_of: int | None
+    parent_id: str | None = None
+    interrupted: bool = False

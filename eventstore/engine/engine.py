@@ -70,6 +70,8 @@ from eventstore.core.feed_rules import (
     Pacer,
     wait_arg,
 )
+from eventstore.core.catalogue import absolute_effect, catalogue_fields, state_catalogue
+from eventstore.core.catalogue import effect as catalogue_effect
 from eventstore.core.ids import check_new_session_id
 from eventstore.core.models import check_json, parse_actions
 from eventstore.core.records import (
@@ -81,6 +83,7 @@ from eventstore.core.records import (
 )
 from eventstore.core.reducer import REDUCER_VERSION, fold_json
 from eventstore.core.rows import (
+    CatalogueEffect,
     CompactionRow,
     EventRow,
     NewSession,
@@ -106,6 +109,7 @@ from eventstore.errors import (
     VersionNotFound,
 )
 from eventstore.storage import Storage, open_storage
+from eventstore.storage import catalogue as catalogue_rows
 from eventstore.storage.interface import EventIdRace, Tx
 from eventstore.storage.migrate import HEAD_REVISION
 
@@ -179,7 +183,12 @@ class PlannedAppend:
             self.turn,
             self.plan.snapshots,
             self.plan.blobs,
+            effect=self.effect(),
         )
+
+    def effect(self) -> CatalogueEffect:
+        """What the append does to its session's catalogue columns."""
+        return catalogue_effect(self.request.action_dicts, self.now)
 
 
 class Engine:
@@ -469,7 +478,7 @@ class Engine:
         # this batch reaches (PostgreSQL: one statement, its own transaction).
         p = self.plan_optimistic(req, now) if fast else None
         if p is not None and st.append_fast(
-            p.row.pk, p.row.head, p.row.head_hash, p.rows, p.turn, p.plan.snapshots, p.plan.blobs
+            p.row.pk, p.row.head, p.row.head_hash, p.rows, p.turn, p.plan.snapshots, p.plan.blobs, p.effect()
         ):
             return self.appended(p)
         session, ids = req.session, req.ids
@@ -539,6 +548,7 @@ class Engine:
         head = rows[-1].version
         st.insert_events(tx, rows)
         st.set_head(tx, row.pk, head, prev, turn)
+        catalogue_rows.apply_effect(tx, row.pk, catalogue_effect(action_dicts, now))
         plan = planner.plan(row, action_dicts, head)
         if plan is None:
             # Re-read the row: a compaction elsewhere may have moved its baseline.
@@ -731,6 +741,28 @@ class Engine:
             if wait and watcher.wait(seen, wait_arg(wait)) != seen:
                 self.storage.others_committed()
 
+    def catalogue_at(self, tx: Tx, row: SessionRow, version: int) -> dict[str, Any]:
+        """The catalogue's ``status`` and ``first_text`` of a session at a version (for a
+        row that starts there: a branch, a rewound head)."""
+        if version == row.head:
+            own = catalogue_rows.rows_by_pk(tx, [row.pk]).get(row.pk)
+            if own is not None:
+                return {"status": own.status, "first_text": own.first_text}
+        status, first_text = state_catalogue(self.state_at(tx, row, version))
+        return {"status": status, "first_text": first_text}
+
+    def refresh_catalogue(self, tx: Tx, pk: int) -> None:
+        """Set a session's catalogue columns from its state at its head (after a write that
+        moved the head without knowing the batch: an import)."""
+        row = self.storage.get_session_by_pk(tx, pk)
+        status, first_text = state_catalogue(self.state_at(tx, row, row.head))
+        updated = row.created_at
+        if row.head > (row.fork_version or 0):
+            ev = self.storage.event_at(tx, row.pk, row.head)
+            if ev is not None:
+                updated = ev.recorded_at
+        catalogue_rows.apply_effect(tx, pk, absolute_effect(status, first_text, updated))
+
     def session_rows(self) -> list[SessionRow]:
         """Every session row, oldest first."""
         with self.storage.read() as tx:
@@ -741,6 +773,7 @@ class Engine:
         with self.storage.read() as tx:
             rows = self.storage.list_sessions(tx)
             controls = self.storage.list_controls(tx)
+            infos = catalogue_rows.all_rows(tx)
         names = {r.pk: r.id for r in rows}
         return [
             session_info(
@@ -752,6 +785,7 @@ class Engine:
                 baseline=r.baseline,
                 created_at=to_datetime(r.created_at),
                 head_turn=r.head_turn,
+                **catalogue_fields(infos.get(r.pk)),
             )
             for r in rows
         ]
@@ -786,6 +820,7 @@ class Engine:
                 baseline=row.baseline,
                 baseline_hash=row.baseline_hash,
                 baseline_turn=row.baseline_turn,
+                **self.catalogue_at(tx, row, fork),
             )
             if self.insert_new_session(tx, new) is None:
                 taken = st.get_session(tx, new_id)

@@ -32,6 +32,7 @@ from types import TracebackType
 from typing import Any
 
 from eventstore.core.appends import event_rows, head_after
+from eventstore.core.catalogue import effect as catalogue_effect
 from eventstore.core.codec import encode_action
 from eventstore.core.records import Recovery
 from eventstore.core.reducer import fold_json, resumable
@@ -569,6 +570,7 @@ def flush_turns(
                 plan.blobs,
                 release,
                 claim=not t.leased,
+                effect=catalogue_effect(actions, now_us),
             )
         )
         heads.append((head_after(row, rows[-1].version, prev, turn), plan))

@@ -666,6 +666,7 @@ class _Import:
         if rec is not None:
             engine.storage.insert_compaction(tx, replace(rec, session_pk=self.row.pk))
         engine.storage.set_head(tx, self.row.pk, m["head"], bytes.fromhex(m["head_hash"]), m["head_turn"])
+        engine.refresh_catalogue(tx, self.row.pk)
         return ImportResult(sid, "created", self.count, m["head"])
 
 
@@ -780,6 +781,7 @@ def _merge_existing(
     storage.insert_events(tx, rows)
     _snapshot_runs(engine, tx, row, rows, new_blobs)
     storage.set_head(tx, row.pk, m["head"], bytes.fromhex(m["head_hash"]), m["head_turn"])
+    engine.refresh_catalogue(tx, row.pk)
     return "extended", len(rows) + restored
 
 

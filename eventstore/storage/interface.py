@@ -23,6 +23,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from eventstore.core.rows import (
+    CatalogueEffect,
     DIGEST_SIZE,
     Band,
     CompactionRow,
@@ -195,11 +196,14 @@ class Storage(ABC):
         old_hash: bytes,
         rows: Sequence[EventRow],
         head_turn: int,
+        effect: CatalogueEffect | None = None,
     ) -> bool:
         """Append ``rows`` only if the head is still ``(old_head, old_hash)``.
 
         The optimistic fast path of a writer that knows the head from its last append:
         the head check is part of the write (PostgreSQL: one statement, one round trip).
+        The same statement applies ``effect`` to the session's catalogue columns
+        (``None``: none).
 
         Returns:
             ``True`` when the rows were written and the head moved to the last row;
@@ -216,6 +220,7 @@ class Storage(ABC):
         head_turn: int,
         snapshots: Sequence[SnapshotRow],
         blobs: Mapping[bytes, bytes],
+        effect: CatalogueEffect | None = None,
     ) -> bool:
         """:meth:`append_at` plus the snapshots it reaches, in a transaction of its own.
 
@@ -228,6 +233,11 @@ class Storage(ABC):
         Raises:
             EventIdRace: an event id of ``rows`` is already recorded.
         """
+
+    @abstractmethod
+    def fetch_all(self, key: Any, stmt: Any, params: Mapping[str, Any]) -> list[Any]:
+        """Every row of one read-only Core statement run on its own (one snapshot; on
+        PostgreSQL in autocommit, compiled once per ``key``, the statement's shape)."""
 
     @abstractmethod
     def list_sessions(self, tx: Tx) -> list[SessionRow]:

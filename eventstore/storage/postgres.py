@@ -39,6 +39,7 @@ from sqlalchemy.util import await_
 from eventstore.core.rows import (
     DIGEST_SIZE,
     Band,
+    CatalogueEffect,
     EventRow,
     FeedBarrier,
     LoadParts,
@@ -48,6 +49,7 @@ from eventstore.core.rows import (
     TurnBatch,
 )
 from eventstore.errors import SchemaError, StorageError
+from eventstore.storage.catalogue import PG_CATALOGUE_SET, effect_params
 from eventstore.storage.interface import Tx
 from eventstore.storage.pg_barrier import writers_barrier
 from eventstore.storage.schema import BRIN_PAGES_PER_RANGE, events
@@ -145,7 +147,8 @@ _KEY_PARAM = "(%(pk)s::int + (now() IS NULL)::int)"
 # psycopg's text quoting of a hundred bytea elements costs milliseconds.
 _APPEND_FAST = """
 WITH moved AS (
-    UPDATE sessions SET head = %(head)s, head_hash = %(hash)b, head_turn = %(turn)s
+    UPDATE sessions SET head = %(head)s, head_hash = %(hash)b, head_turn = %(turn)s,
+        {CATALOGUE}
     WHERE pk = %(pk)s AND head = %(old_head)s AND head_hash = %(old_hash)b AND closed_at IS NULL
     RETURNING pk
 ), ins AS (
@@ -176,7 +179,7 @@ WITH moved AS (
         message_digests = excluded.message_digests
 )
 SELECT count(*) FROM ins
-""".replace("{FEED_XACT}", FEED_XACT).replace("{KEY}", _KEY_PARAM)
+""".replace("{FEED_XACT}", FEED_XACT).replace("{KEY}", _KEY_PARAM).replace("{CATALOGUE}", PG_CATALOGUE_SET)
 
 # The same without the snapshot parts, for the (most frequent) batches that reach none.
 _APPEND_FAST_NO_SNAPSHOT = (
@@ -192,7 +195,8 @@ SELECT count(*) FROM ins
 # statement to adapt (psycopg inspects every list), more than the insert itself.
 _APPEND_ONE = """
 WITH moved AS (
-    UPDATE sessions SET head = %(head)s::int, head_hash = %(hash)b, head_turn = %(turn)s::int
+    UPDATE sessions SET head = %(head)s::int, head_hash = %(hash)b, head_turn = %(turn)s::int,
+        {CATALOGUE}
     WHERE pk = %(pk)s::int AND head = %(old_head)s::int AND head_hash = %(old_hash)b
           AND closed_at IS NULL
     RETURNING pk
@@ -204,7 +208,7 @@ SELECT moved.pk, %(head)s::int, %(event_id)s::text, %(type)s::text, %(turn)s::in
        greatest({FEED_XACT}, (SELECT p.xact FROM events p
                                WHERE p.session_pk = {KEY} AND p.version = %(old_head)s::int))
 FROM moved
-""".replace("{FEED_XACT}", FEED_XACT).replace("{KEY}", _KEY_PARAM)
+""".replace("{FEED_XACT}", FEED_XACT).replace("{KEY}", _KEY_PARAM).replace("{CATALOGUE}", PG_CATALOGUE_SET)
 
 # A group commit of streaming turns in one statement, one round trip, its own transaction:
 # move each session's head only if it is still what its turn saw, the turn still holds the
@@ -215,10 +219,17 @@ _APPEND_BATCHES = """
 WITH b AS (
     SELECT * FROM unnest(%(pks)b::int[], %(old_heads)b::int[], %(old_hashes)b::bytea[],
                          %(writers)b::text[], %(heads)b::int[], %(hashes)b::bytea[],
-                         %(turns)b::int[], %(releases)b::bool[], %(claims)b::bool[])
-        AS b(pk, old_head, old_hash, writer, head, hash, turn, release, claim)
+                         %(turns)b::int[], %(releases)b::bool[], %(claims)b::bool[],
+                         %(c_updated)b::bigint[], %(c_st_u)b::text[], %(c_st_n)b::text[],
+                         %(c_reset)b::int[], %(c_text)b::text[])
+        AS b(pk, old_head, old_hash, writer, head, hash, turn, release, claim,
+             c_updated, c_st_u, c_st_n, c_reset, c_text)
 ), moved AS (
     UPDATE sessions s SET head = b.head, head_hash = b.hash, head_turn = b.turn,
+        updated_at = coalesce(b.c_updated, s.updated_at),
+        status = CASE WHEN s.first_text IS NOT NULL THEN coalesce(b.c_st_u, s.status)
+                      ELSE coalesce(b.c_st_n, s.status) END,
+        first_text = CASE WHEN b.c_reset = 1 THEN b.c_text ELSE coalesce(s.first_text, b.c_text) END,
         writer = CASE WHEN b.writer IS NULL THEN s.writer WHEN b.release THEN NULL ELSE b.writer END,
         writer_seen = CASE WHEN b.writer IS NULL THEN s.writer_seen
                            WHEN b.release THEN NULL ELSE %(seen)s::bigint END
@@ -263,6 +274,14 @@ WITH b AS (
 )
 SELECT coalesce(array_agg(pk), '{}') FROM moved
 """.replace("{FEED_XACT}", FEED_XACT)
+
+
+
+def _effect_arrays(batches: Sequence[TurnBatch]) -> dict[str, list[Any]]:
+    """The catalogue effects of a group commit, one array element per batch."""
+    per = [effect_params(b.effect) for b in batches]
+    return {k: [p[k] for p in per] for k in ("c_updated", "c_st_u", "c_st_n", "c_reset", "c_text")}
+
 
 _RETRYABLE = (
     psycopg.errors.SerializationFailure,
@@ -749,6 +768,8 @@ class PostgresStorage(SqlStorage):
         self._asyncio = use_asyncio
         # PgBouncer in transaction mode: no prepared statement at all, not even the load's.
         self._prepare_load = prepare_threshold is not None
+        #: Compiled catalogue statements by shape (see :meth:`fetch_all`).
+        self._q_shapes: dict[Any, Compiled] = {}
         self._ping_after = float(ping_after_idle_s)
         # Pooled connections checked in before this (monotonic) instant are suspect: a
         # connection failed since, so the server may have dropped them all.
@@ -802,6 +823,7 @@ class PostgresStorage(SqlStorage):
         head_turn: int,
         snapshots: Sequence[SnapshotRow],
         blobs: Mapping[bytes, bytes],
+        effect: CatalogueEffect | None = None,
     ) -> bool:
         first = rows[0]
         if any(
@@ -809,11 +831,12 @@ class PostgresStorage(SqlStorage):
             for r in rows
         ):
             return super().append_fast(
-                session_pk, old_head, old_hash, rows, head_turn, snapshots, blobs
+                session_pk, old_head, old_hash, rows, head_turn, snapshots, blobs, effect
             )
         if len(rows) == 1 and not snapshots and not blobs:
-            return self._append_one(session_pk, old_head, old_hash, first, head_turn)
+            return self._append_one(session_pk, old_head, old_hash, first, head_turn, effect)
         params = {
+            **effect_params(effect),
             "pk": session_pk,
             "old_head": old_head,
             "old_hash": old_hash,
@@ -855,6 +878,7 @@ class PostgresStorage(SqlStorage):
             "turns": [b.head_turn for b in batches],
             "releases": [b.release for b in batches],
             "claims": [b.claim for b in batches],
+            **_effect_arrays(batches),
             "seen": max(b.seen_at for b in batches),
             "e_pks": [r.session_pk for r in events],
             "e_versions": [r.version for r in events],
@@ -885,9 +909,16 @@ class PostgresStorage(SqlStorage):
         return [b.session_pk in done for b in batches]
 
     def _append_one(
-        self, session_pk: int, old_head: int, old_hash: bytes, row: EventRow, head_turn: int
+        self,
+        session_pk: int,
+        old_head: int,
+        old_hash: bytes,
+        row: EventRow,
+        head_turn: int,
+        effect: CatalogueEffect | None = None,
     ) -> bool:
         params = {
+            **effect_params(effect),
             "pk": session_pk,
             "old_head": old_head,
             "old_hash": old_hash,
@@ -952,6 +983,15 @@ class PostgresStorage(SqlStorage):
             raise
         finally:
             fairy.close()
+
+    def fetch_all(self, key: Any, stmt: Any, params: Mapping[str, Any]) -> list[Any]:
+        # One statement in autocommit: no BEGIN/COMMIT round trips (a catalogue page).
+        q = self._q_shapes.get(key)
+        if q is None:
+            q = self._q_shapes.setdefault(key, Compiled(stmt, self.engine.dialect))
+        with self._errors(), self._autocommit(hot=True) as cur:
+            cur.execute(q.sql, q.args(params))
+            return list(cur.fetchall())
 
     def fetch_one(self, q: Compiled, params: Mapping[str, Any] | None = None) -> Any:
         """The first row of one compiled statement, run alone in autocommit (``None``: no row).

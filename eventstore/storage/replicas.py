@@ -49,7 +49,7 @@ from sqlalchemy import BigInteger, Float, case, cast, extract, func, literal_col
 from sqlalchemy.engine import make_url
 from sqlalchemy.util import await_
 
-from eventstore.core.rows import Band, EventRow, LoadParts, SnapshotRow, TurnBatch
+from eventstore.core.rows import Band, CatalogueEffect, EventRow, LoadParts, SnapshotRow, TurnBatch
 from eventstore.errors import StorageError
 from eventstore.storage.interface import Tx
 from eventstore.storage.postgres import PostgresStorage
@@ -255,10 +255,11 @@ class ReplicatedPostgresStorage(PostgresStorage):
         head_turn: int,
         snapshots: Sequence[SnapshotRow],
         blobs: Mapping[bytes, bytes],
+        effect: CatalogueEffect | None = None,
     ) -> bool:
         try:
             return super().append_fast(
-                session_pk, old_head, old_hash, rows, head_turn, snapshots, blobs
+                session_pk, old_head, old_hash, rows, head_turn, snapshots, blobs, effect
             )
         finally:
             self._moved = True

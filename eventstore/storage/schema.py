@@ -17,6 +17,8 @@ Tables::
     compactions         one row per compaction: binds the baseline to the chain (state digest,
                         and the hashes of the versions it removed, for checkpoint checks)
     tombstones          one row per erased session: what was erased, when, by whom and why
+    info_changes        one row per ``set_info``: who changed a session's title, owner or
+                        metadata, when, and to what
     feed_clock          SQLite only: the highest feed number ever deleted (never handed out again)
 
 Integers and bytes only: timestamps are microseconds since the Unix epoch (UTC), so both
@@ -50,6 +52,7 @@ __all__ = [
     "compaction_permits",
     "compactions",
     "tombstones",
+    "info_changes",
     "feed_clock",
     "SQLITE_FEED_KEY",
     "BRIN_PAGES_PER_RANGE",
@@ -92,7 +95,24 @@ sessions = Table(
     Column("writer_seen", BigInteger, nullable=True),
     Column("closed_at", BigInteger, nullable=True),
     Column("closed_reason", Text, nullable=True),
+    # The catalogue (a chat app's sidebar): what set_info sets, and what every head move
+    # keeps — the fold's status and first user text at the head, and the newest own
+    # event's time — so that a page of sessions is one index scan, never a fold.
+    Column("title", Text, nullable=True),
+    Column("owner", Text, nullable=True),
+    Column("metadata", Text, nullable=True),
+    Column("first_text", Text, nullable=True),
+    Column("status", Text, nullable=False, server_default=text("'idle'")),
+    Column("updated_at", BigInteger, nullable=False, server_default=text("0")),
+    # A line kept by a rewind: the pk of the session it was rewound away from.
+    Column("line_of", Integer, nullable=True),
 )
+# One index per listing order, with and without an owner: a page reads the first `limit`
+# entries after its cursor. `recent` is newest first, ties by id ascending.
+Index("ix_sessions_owner_recent", sessions.c.owner, sessions.c.updated_at.desc(), sessions.c.id)
+Index("ix_sessions_recent", sessions.c.updated_at.desc(), sessions.c.id)
+Index("ix_sessions_owner_created", sessions.c.owner, sessions.c.created_at, sessions.c.id)
+Index("ix_sessions_created", sessions.c.created_at, sessions.c.id)
 
 #: Table pages per summary of the events' BRIN index on ``xact`` (PostgreSQL).
 BRIN_PAGES_PER_RANGE = 16
@@ -203,6 +223,18 @@ tombstones = Table(
     Column("reason", Text, nullable=False),
     # The session whose erasure took this one with it (a branch of it); NULL for that one.
     Column("erased_with", Text, nullable=True),
+)
+
+info_changes = Table(
+    "info_changes",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("session_pk", Integer, nullable=False),
+    Column("changed_at", BigInteger, nullable=False),
+    Column("actor", Text, nullable=True),
+    # Canonical JSON of the fields set and their new values.
+    Column("changes", Text, nullable=False),
+    Index("ix_info_changes_session_pk_id", "session_pk", "id"),
 )
 
 #: SQLite's events table differs from the declaration above in one point: its primary key

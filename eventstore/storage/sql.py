@@ -39,6 +39,7 @@ from sqlalchemy.util import await_only
 from eventstore.core.rows import (
     DIGEST_SIZE,
     Band,
+    CatalogueEffect,
     CompactionRow,
     Erasure,
     EventRow,
@@ -54,6 +55,8 @@ from eventstore.core.rows import (
     TurnBatch,
 )
 from eventstore.errors import ConcurrencyError, EventStoreError, SchemaError, StorageError
+from eventstore.storage.catalogue import CATALOGUE_VALUES, effect_params
+from eventstore.storage.catalogue import forget as forget_info
 from eventstore.storage.interface import AsyncChangeWatcher, ChangeWatcher, EventIdRace, Storage, Tx
 from eventstore.storage.schema import (
     VERSION_TABLE,
@@ -144,7 +147,7 @@ S_MOVE_HEAD = (
         sessions.c.head_hash == _P("p_old_hash"),
         sessions.c.closed_at.is_(None),
     )
-    .values(head=_P("p_head"), head_hash=_P("p_hash"), head_turn=_P("p_turn"))
+    .values(head=_P("p_head"), head_hash=_P("p_hash"), head_turn=_P("p_turn"), **CATALOGUE_VALUES)
 )
 
 def insert_events_stmt(xact: Any) -> Any:
@@ -264,7 +267,11 @@ _TURN_MOVE = update(sessions).where(
     sessions.c.closed_at.is_(None),
 )
 S_TURN_MOVE = _TURN_MOVE.values(
-    head=_P("p_head"), head_hash=_P("p_hash"), head_turn=_P("p_turn"), writer_seen=_P("p_seen")
+    head=_P("p_head"),
+    head_hash=_P("p_hash"),
+    head_turn=_P("p_turn"),
+    writer_seen=_P("p_seen"),
+    **CATALOGUE_VALUES,
 )
 S_TURN_CLAIM = (
     update(sessions)
@@ -281,10 +288,16 @@ S_TURN_CLAIM = (
         head_turn=_P("p_turn"),
         writer=_P("p_writer"),
         writer_seen=_P("p_seen"),
+        **CATALOGUE_VALUES,
     )
 )
 S_TURN_MOVE_RELEASE = _TURN_MOVE.values(
-    head=_P("p_head"), head_hash=_P("p_hash"), head_turn=_P("p_turn"), writer=null(), writer_seen=null()
+    head=_P("p_head"),
+    head_hash=_P("p_hash"),
+    head_turn=_P("p_turn"),
+    writer=null(),
+    writer_seen=null(),
+    **CATALOGUE_VALUES,
 )
 _CONTROL_COLS = (
     sessions.c.pk,
@@ -622,6 +635,12 @@ class SqlStorage(Storage):
         finally:
             cur.close()
 
+    def fetch_all(self, key: Any, stmt: Any, params: Mapping[str, Any]) -> list[Any]:
+        """Every row of one read-only Core statement, run on its own (one snapshot).
+        ``key`` names the statement's shape (PostgreSQL caches its compiled form by it)."""
+        with self.read() as tx:
+            return list(tx.execute(stmt, dict(params)).all())
+
     # -- transactions -------------------------------------------------------------------
 
     @contextmanager
@@ -701,6 +720,9 @@ class SqlStorage(Storage):
                 baseline_hash=new.baseline_hash,
                 baseline_turn=new.baseline_turn,
                 created_at=new.created_at,
+                status=new.status,
+                first_text=new.first_text,
+                updated_at=new.created_at,
             )
             .returning(*_SESSION_COLS)
         )
@@ -722,6 +744,7 @@ class SqlStorage(Storage):
         old_hash: bytes,
         rows: Sequence[EventRow],
         head_turn: int,
+        effect: CatalogueEffect | None = None,
     ) -> bool:
         cur = self._run(
             tx,
@@ -733,6 +756,7 @@ class SqlStorage(Storage):
                 "p_head": rows[-1].version,
                 "p_hash": rows[-1].hash,
                 "p_turn": head_turn,
+                **effect_params(effect),
             },
         )
         moved = bool(cur.rowcount == 1)
@@ -750,9 +774,10 @@ class SqlStorage(Storage):
         head_turn: int,
         snapshots: Sequence[SnapshotRow],
         blobs: Mapping[bytes, bytes],
+        effect: CatalogueEffect | None = None,
     ) -> bool:
         with self.write() as tx:
-            if not self.append_at(tx, session_pk, old_head, old_hash, rows, head_turn):
+            if not self.append_at(tx, session_pk, old_head, old_hash, rows, head_turn, effect):
                 return False
             for i, snap in enumerate(snapshots):
                 self.put_snapshot(tx, snap, blobs if i == 0 else {})
@@ -820,6 +845,7 @@ class SqlStorage(Storage):
                         "p_hash": b.old_hash if last is None else last.hash,
                         "p_turn": b.head_turn,
                         "p_seen": None if b.claim and b.release else b.seen_at,
+                        **effect_params(b.effect),
                     },
                 )
                 moved = bool(cur.rowcount == 1)
@@ -1290,6 +1316,7 @@ class SqlStorage(Storage):
                 delete(snapshots).where(snapshots.c.session_pk.in_(in_chunk))
             ).rowcount
             tx.execute(delete(compactions).where(compactions.c.session_pk.in_(in_chunk)))
+            forget_info(tx, in_chunk)
         # Children before parents: a branch row refers to its parent's.
         for chunk in self.iter_chunks(pks[::-1], _CHUNK):
             tx.execute(delete(sessions).where(sessions.c.pk.in_(list(chunk))))

@@ -21,7 +21,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import AsyncAdaptedQueuePool
 
-from eventstore.core.rows import EventRow, SnapshotRow
+from eventstore.core.rows import CatalogueEffect, EventRow, SnapshotRow
 from eventstore.storage.schema import events, feed_clock
 from eventstore.storage.sql import ErrorKind, SqlStorage
 from eventstore.storage.watch import AsyncProbe, Probe
@@ -209,6 +209,7 @@ class SQLiteStorage(SqlStorage):
         head_turn: int,
         snapshots: Sequence[SnapshotRow],
         blobs: Mapping[bytes, bytes],
+        effect: CatalogueEffect | None = None,
     ) -> bool:
         # The hot path on the pooled sqlite3 connection itself: BEGIN IMMEDIATE, the
         # checked head move, executemany of the batch, the snapshots, COMMIT — without a
@@ -221,7 +222,7 @@ class SQLiteStorage(SqlStorage):
                 try:
                     cur.execute("BEGIN IMMEDIATE")
                     try:
-                        moved = self.append_at(tx, session_pk, old_head, old_hash, rows, head_turn)
+                        moved = self.append_at(tx, session_pk, old_head, old_hash, rows, head_turn, effect)
                         if moved:
                             for i, snap in enumerate(snapshots):
                                 self.put_snapshot(tx, snap, blobs if i == 0 else {})

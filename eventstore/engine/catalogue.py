@@ -1,0 +1,175 @@
+"""The conversations catalogue: what a chat app's sidebar needs (engine calls over the
+catalogue's statements).
+
+- :func:`set_info` sets a session's title, owner and info metadata — outside the log (no
+  event, the head does not move), each call recorded in ``info_changes`` (who, when, what);
+- :func:`list_sessions` pages through sessions by owner, metadata, title, status and time,
+  one index scan per page (see :mod:`eventstore.storage.catalogue`);
+- :func:`info` / :func:`info_changes` read one session's entry and its change record.
+
+The columns a listing sorts and filters on are kept by every write that moves a head (see
+:mod:`eventstore.core.catalogue`), so nothing here folds a session.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from eventstore.core.catalogue import (
+    InfoChange,
+    SessionPage,
+    catalogue_fields,
+    check_listing,
+    check_metadata,
+    check_title,
+    encode_cursor,
+)
+from eventstore.core.codec import canonical
+from eventstore.core.records import SessionInfo, to_datetime
+from eventstore.core.rows import CatalogueRow, SessionControl
+from eventstore.core.turn_rules import INTERRUPTION, session_info
+from eventstore.engine.engine import Engine, now_micros
+from eventstore.storage import catalogue as rows
+
+__all__ = ["set_info", "list_sessions", "info", "info_changes"]
+
+
+def set_info(
+    engine: Engine,
+    session: Any,
+    *,
+    title: Any = None,
+    owner: Any = None,
+    metadata: Any = None,
+    actor: Any = None,
+) -> SessionInfo:
+    """Set a session's catalogue fields (see :meth:`eventstore.EventStore.set_info`)."""
+    v = engine.validate
+    v.id(session, "session")
+    title = check_title(title)
+    if owner is not None:
+        owner = v.id(owner, "owner")
+    meta = check_metadata(metadata)
+    v.optional_id(actor, "actor")
+    values: dict[str, Any] = {}
+    changes: dict[str, Any] = {}
+    if title is not None:
+        values["title"] = title or None
+        changes["title"] = title
+    if owner is not None:
+        values["owner"] = changes["owner"] = owner
+    if meta is not None:
+        values["metadata"] = canonical(meta).decode() if meta else None
+        changes["metadata"] = meta
+    st = engine.storage
+    with st.write() as tx:
+        row = st.lock_session(tx, session)
+        if row is None:
+            raise engine.missing(tx, session)
+        if changes:
+            rows.set_info(
+                tx,
+                row.pk,
+                values,
+                changed_at=now_micros(),
+                actor=actor,
+                changes=canonical(changes).decode(),
+            )
+    return info(engine, session)
+
+
+#: What the event at an interrupted session's head holds (see ``interrupted``).
+_INTERRUPTION = canonical(INTERRUPTION)
+
+
+def _infos(found: list[CatalogueRow]) -> list[SessionInfo]:
+    return [
+        session_info(
+            SessionControl(
+                r.pk, r.head, b"", r.writer, r.writer_seen, r.closed_at, r.closed_reason,
+                head_payload=_INTERRUPTION if r.interrupted else None,
+            ),
+            id=r.id,
+            parent=r.parent_id,
+            fork_version=r.fork_version,
+            head=r.head,
+            baseline=r.baseline,
+            created_at=to_datetime(r.created_at),
+            head_turn=r.head_turn,
+            **catalogue_fields(r),
+        )
+        for r in found
+    ]
+
+
+def info(engine: Engine, session: Any) -> SessionInfo:
+    """One session's catalogue entry (see :meth:`eventstore.EventStore.info`)."""
+    engine.validate.id(session, "session")
+    with engine.storage.read() as tx:
+        row = rows.row_by_id(tx, session, _INTERRUPTION)
+        if row is None:
+            raise engine.missing(tx, session)
+    return _infos([row])[0]
+
+
+def info_changes(engine: Engine, session: Any) -> list[InfoChange]:
+    """Every recorded ``set_info`` of a session, oldest first."""
+    engine.validate.id(session, "session")
+    with engine.storage.read() as tx:
+        row = rows.row_by_id(tx, session)
+        if row is None:
+            raise engine.missing(tx, session)
+        return [
+            InfoChange(session, at, actor, orjson.loads(changes))
+            for at, actor, changes in rows.info_changes_of(tx, row.pk)
+        ]
+
+
+def list_sessions(
+    engine: Engine,
+    *,
+    owner: Any = None,
+    metadata: Any = None,
+    query: Any = None,
+    status: Any = None,
+    order: Any = "recent",
+    limit: Any = 50,
+    cursor: Any = None,
+    include_lines: Any = False,
+) -> SessionPage:
+    """One page of the catalogue (see :meth:`eventstore.EventStore.list_sessions`)."""
+    listing = check_listing(
+        engine.validate.id,
+        owner=owner,
+        metadata=metadata,
+        query=query,
+        status=status,
+        order=order,
+        limit=limit,
+        cursor=cursor,
+        include_lines=include_lines,
+    )
+    found = rows.page(
+            None,
+            engine.storage,
+            owner=listing.owner,
+            metadata={k: canonical(val).decode() for k, val in listing.metadata.items()},
+            query=listing.query,
+            status=listing.status,
+            order=listing.order,
+            include_lines=listing.include_lines,
+            after=listing.after,
+            limit=listing.limit + 1,
+            interruption=_INTERRUPTION,
+    )
+    more = len(found) > listing.limit
+    found = found[: listing.limit]
+    items = _infos(found)
+    next_cursor = None
+    if more and found:
+        last = found[-1]
+        key = last.updated_at if listing.order == "recent" else last.created_at
+        next_cursor = encode_cursor(listing, (key, last.id))
+    return SessionPage(items, next_cursor)
