@@ -40,7 +40,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from eventstore.core.appends import (
@@ -80,6 +80,7 @@ from eventstore.core.records import (
     to_datetime,
 )
 from eventstore.core.reducer import REDUCER_VERSION, fold_json
+from eventstore.core.rewinds import Rewinds
 from eventstore.core.rows import (
     CompactionRow,
     EventRow,
@@ -102,6 +103,7 @@ from eventstore.errors import (
     SessionErased,
     SessionExists,
     SessionNotFound,
+    SessionRewound,
     StorageError,
     VersionNotFound,
 )
@@ -586,8 +588,14 @@ class Engine:
         with self.storage.read() as tx:
             row = self.row(tx, session)
             lineage = self.lineage(tx, row)
-        names = {r.pk: r.id for r in lineage}
+            names = self.event_names(tx, lineage)
         return self._iter_history(history_segments(lineage, row, after, upto), names, limit, desc)
+
+    def event_names(self, tx: Tx, lineage: Sequence[SessionRow]) -> dict[int, str]:
+        """The id each row of a lineage reports its events under: the id of the session
+        they were appended to (a kept line's events: the id that was rewound)."""
+        names = {r.pk: r.id for r in lineage}
+        return Rewinds(self.storage.list_rewinds(tx, pks=names.keys())).event_names(names)
 
     def _iter_history(
         self, segs: list[Segment], names: dict[int, str], limit: int | None, desc: bool
@@ -627,12 +635,12 @@ class Engine:
         with self.storage.read() as tx:
             row = self.row(tx, session)
             lineage = self.lineage(tx, row)
+            names = self.event_names(tx, lineage)
         if start > row.head:
             raise VersionNotFound(
                 row.id, start, row.head,
                 f"session {row.id!r} has no version {start} to follow after (its head is {row.head})",
             )
-        names = {r.pk: r.id for r in lineage}
         past = self._iter_history(history_segments(lineage, row, start, None), names, None, False)
         last = max(start, row.head)
         st = self.storage
@@ -643,9 +651,18 @@ class Engine:
             # never visible before v: reading on from the last version skips nothing.
             with st.read() as tx:
                 rows = st.read_events(tx, row.pk, after=last, upto=MAX_VERSION, limit=HISTORY_CHUNK)
+                moved = Rewinds(st.list_rewinds(tx, pks=(row.pk,))).by_kept.get(row.pk)
+            full = len(rows) == HISTORY_CHUNK
+            if moved is not None:
+                # The id was rewound: what the row holds up to the old head was committed
+                # before the rewind and is handed out; then the follower ends.
+                rows = [e for e in rows if e.version <= moved.from_head]
+                if not rows:
+                    raise SessionRewound(row.id, moved.to_version, moved.kept_id)
+                full = True
             if rows:
                 last = rows[-1].version
-            return [recorded(e, row.id) for e in rows], False, len(rows) == HISTORY_CHUNK
+            return [recorded(e, row.id) for e in rows], False, full
 
         return Live(past, read, Pacer(idle, time.monotonic()), state or FollowState(time.time))
 
@@ -685,9 +702,25 @@ class Engine:
                 pending = not full and band.pending
             key, bands = next_key, next_bands
             out = [recorded_from_feed(r) for r in rows]
+            if rows:
+                out = self.feed_names(out, {r.session_pk for r in rows}, [r.session_pk for r in rows])
             return out, pending, full
 
         return Live(iter(()), read, Pacer(idle, time.monotonic()), state or FollowState(time.time))
+
+    def feed_names(
+        self, events: list[RecordedEvent], pks: Iterable[int], pk_of: Sequence[int]
+    ) -> list[RecordedEvent]:
+        """Feed events named as :meth:`history` names them (``pk_of``: each one's row): a
+        kept line's under the id that was rewound, not the kept id."""
+        with self.storage.read() as tx:
+            kept = Rewinds(self.storage.list_rewinds(tx, pks=set(pks))).by_kept
+        if not kept:
+            return events
+        return [
+            replace(e, session_id=kept[pk].session_id) if pk in kept else e
+            for e, pk in zip(events, pk_of, strict=True)
+        ]
 
     def follow(self, session: Any, *, after: Any = 0, idle_timeout: Any = None) -> Follower:
         """A session's events after a version, then each new one as it is committed
@@ -741,20 +774,34 @@ class Engine:
         with self.storage.read() as tx:
             rows = self.storage.list_sessions(tx)
             controls = self.storage.list_controls(tx)
-        names = {r.pk: r.id for r in rows}
-        return [
-            session_info(
-                controls.get(r.pk),
-                id=r.id,
-                parent=None if r.parent_pk is None else names.get(r.parent_pk),
-                fork_version=r.fork_version,
-                head=r.head,
-                baseline=r.baseline,
-                created_at=to_datetime(r.created_at),
-                head_turn=r.head_turn,
+            rewinds = Rewinds(self.storage.list_rewinds(tx))
+        return self.infos(rows, {r.pk: r for r in rows}, controls, rewinds)
+
+    def infos(
+        self,
+        rows: Sequence[SessionRow],
+        known: Mapping[int, SessionRow],
+        controls: Mapping[int, SessionControl],
+        rewinds: Rewinds,
+    ) -> list[SessionInfo]:
+        """The :class:`SessionInfo` of each row (``known``: rows by pk, for naming parents;
+        a rewind's rows are reported as :class:`eventstore.core.rewinds.Rewinds` says)."""
+        out = []
+        for r in rows:
+            parent, fork = rewinds.parent(r, known)
+            out.append(
+                session_info(
+                    controls.get(r.pk),
+                    id=r.id,
+                    parent=parent,
+                    fork_version=fork,
+                    head=r.head,
+                    baseline=r.baseline,
+                    created_at=to_datetime(r.created_at),
+                    head_turn=r.head_turn,
+                )
             )
-            for r in rows
-        ]
+        return out
 
     # -- branch -------------------------------------------------------------------------
 

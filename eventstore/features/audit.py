@@ -13,6 +13,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from eventstore.core.checkpoints import Checkpoint, SessionHead, sign_checkpoint
+from eventstore.core.rewinds import Rewinds
 from eventstore.core.rows import SessionRow
 from eventstore.engine.engine import Engine, Tx, now_micros
 from eventstore.errors import InvalidEvent
@@ -83,8 +84,13 @@ def erase(engine: Engine, session: Any, *, reason: Any, actor: Any = None) -> li
     snapshot blobs no remaining snapshot uses. Afterwards ``load``/``history`` of any of
     them raise :class:`~eventstore.errors.SessionErased` and the ids cannot be used again.
 
+    A session that was rewound shares its events with the lines the rewinds kept
+    (``session~1``, ...): they are erased with it, as its branches are (and erasing a
+    kept line erases the session too, which branches from it).
+
     Returns:
-        The erased session ids: ``session`` first, then its branches (parents first).
+        The erased session ids: ``session`` first (for a rewound session, its first kept
+        line), then its branches (parents first).
 
     Raises:
         InvalidEvent: an argument is malformed (``reason`` is required).
@@ -109,6 +115,11 @@ def _erase(engine: Engine, session: str, why: str, actor: str | None, cutoff: in
             if cutoff is not None:
                 return []
             raise engine.missing(tx, session)
+        # A session made by a rewind shares its events with the line the rewind kept: the
+        # erasure starts from the first such line (its branches include the session).
+        while (made := Rewinds(st.list_rewinds(tx, pks=(row.pk,))).by_new.get(row.pk)) is not None:
+            kept = st.get_session_by_pk(tx, made.kept_pk)
+            row = st.lock_session(tx, kept.id) or kept
         if cutoff is not None:
             family = [row, *(st.lock_session(tx, r.id) or r for r in st.descendants(tx, row.pk))]
             if any(_last_activity(engine, tx, r) >= cutoff for r in family):

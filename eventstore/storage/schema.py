@@ -17,6 +17,8 @@ Tables::
     compactions         one row per compaction: binds the baseline to the chain (state digest,
                         and the hashes of the versions it removed, for checkpoint checks)
     tombstones          one row per erased session: what was erased, when, by whom and why
+    session_rewinds     one row per rewind: which row kept the old line under which id, the
+                        row made for the session id, from which head to which version, who/why
     feed_clock          SQLite only: the highest feed number ever deleted (never handed out again)
 
 Integers and bytes only: timestamps are microseconds since the Unix epoch (UTC), so both
@@ -50,6 +52,7 @@ __all__ = [
     "compaction_permits",
     "compactions",
     "tombstones",
+    "session_rewinds",
     "feed_clock",
     "SQLITE_FEED_KEY",
     "BRIN_PAGES_PER_RANGE",
@@ -92,6 +95,9 @@ sessions = Table(
     Column("writer_seen", BigInteger, nullable=True),
     Column("closed_at", BigInteger, nullable=True),
     Column("closed_reason", Text, nullable=True),
+    # A line kept by a rewind: the pk of the session row the rewind created for the id
+    # this line was rewound away from (NULL for every other session).
+    Column("line_of", Integer, nullable=True),
 )
 
 #: Table pages per summary of the events' BRIN index on ``xact`` (PostgreSQL).
@@ -203,6 +209,28 @@ tombstones = Table(
     Column("reason", Text, nullable=False),
     # The session whose erasure took this one with it (a branch of it); NULL for that one.
     Column("erased_with", Text, nullable=True),
+)
+
+session_rewinds = Table(
+    "session_rewinds",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    # The id that was rewound, and the id its old line is kept under (ids, not pks only:
+    # they are what a checkpoint anchors and what a reader asks for).
+    Column("session_id", Text, nullable=False),
+    Column("kept_id", Text, nullable=False, unique=True),
+    # The row that holds the old line's events (renamed to kept_id) and the row made for
+    # session_id, a branch of it at to_version. No foreign keys: erasure deletes the rows
+    # and the record stays, as tombstones do.
+    Column("kept_pk", Integer, nullable=False, unique=True),
+    Column("new_pk", Integer, nullable=False, unique=True),
+    Column("from_head", Integer, nullable=False),
+    Column("from_hash", LargeBinary, nullable=False),
+    Column("to_version", Integer, nullable=False),
+    Column("rewound_at", BigInteger, nullable=False),
+    Column("actor", Text, nullable=True),
+    Column("reason", Text, nullable=True),
+    Index("ix_session_rewinds_session_id", "session_id"),
 )
 
 #: SQLite's events table differs from the declaration above in one point: its primary key

@@ -6,9 +6,10 @@ locking, "insert unless present" / upsert, and how a driver error is classified.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import fields
 from typing import Any
@@ -53,6 +54,7 @@ from eventstore.core.rows import (
     TombstoneRow,
     TurnBatch,
 )
+from eventstore.core.rewinds import RewindRow
 from eventstore.errors import ConcurrencyError, EventStoreError, SchemaError, StorageError
 from eventstore.storage.interface import AsyncChangeWatcher, ChangeWatcher, EventIdRace, Storage, Tx
 from eventstore.storage.schema import (
@@ -65,6 +67,7 @@ from eventstore.storage.schema import (
     snapshots,
     tombstones,
 )
+from eventstore.storage import rewind_sql
 from eventstore.storage.urls import mask_url
 from eventstore.storage.watch import AsyncProbe, Notifier, Probe, Signal, TaskWatcher, ThreadWatcher
 
@@ -1308,6 +1311,20 @@ class SqlStorage(Storage):
     def list_tombstones(self, tx: Tx) -> list[TombstoneRow]:
         rows = tx.execute(select(*tombstones.c).order_by(tombstones.c.session_id)).mappings()
         return [_tombstone(r) for r in rows]
+
+    def rewind_session(self, tx: Tx, rec: RewindRow, new: NewSession, closed_at: int, reason: str) -> SessionRow:
+        rewind_sql.keep_line(tx, rec.kept_pk, rec.kept_id, closed_at, reason)
+        row = self.insert_session(tx, new)
+        if row is None:
+            raise StorageError(f"session id {new.id!r} is taken; it cannot take the rewound session")
+        rewind_sql.mark_line(tx, rec.kept_pk, row.pk)
+        rewind_sql.record_rewind(tx, dataclasses.replace(rec, new_pk=row.pk))
+        return row
+
+    def list_rewinds(
+        self, tx: Tx, *, session_id: str | None = None, pks: Collection[int] | None = None
+    ) -> list[RewindRow]:
+        return rewind_sql.select_rewinds(tx, session_id=session_id, pks=pks)
 
     def collect_blobs(self, tx: Tx, candidates: Iterable[bytes] | None = None) -> int:
         self._lock_snapshot_writes(tx)
