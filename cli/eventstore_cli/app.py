@@ -387,6 +387,34 @@ def branch(
 
 @app.command()
 @cli_errors
+def rewind(
+    ctx: typer.Context,
+    session: str = typer.Argument(..., help="Session to rewind."),
+    to: int = typer.Option(..., "--to", min=0, help="The version that becomes the head (0: empty)."),
+    reason: str | None = typer.Option(None, "--reason", help="Why (kept in the audit record)."),
+    expected_version: int | None = typer.Option(
+        None, "--expected-version", min=0, help="Fail unless the head is this version."
+    ),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Rewind a session to an earlier version, keeping the line it leaves; print its id.
+
+    Nothing is changed, copied or deleted: the events after the version stay readable
+    under the kept id SESSION~N (a line closed to writes; branch it to continue it).
+    Prints nothing but a note when the version already is the head.
+    """
+    with open_store(ctx) as store:
+        kept = store.rewind(session, to=to, reason=reason, expected_version=expected_version)
+    if as_json:
+        print_json({"session": session, "to": to, "kept": kept})
+    elif kept is None:
+        typer.echo(f"{safe(session)} is already at version {to}; nothing to rewind")
+    else:
+        typer.echo(safe(kept))
+
+
+@app.command()
+@cli_errors
 def diff(
     ctx: typer.Context,
     left: str = typer.Argument(..., metavar=REF, help="Left ref (SESSION or SESSION@VERSION)."),

@@ -62,7 +62,12 @@ def checkpoint(engine: Engine, private_key: Any, *, origin: Any = None) -> Check
     )
 
 
-def _reason(value: Any) -> str:
+def check_reason(value: Any) -> str:
+    """``value`` once it is a reason a record can keep (non-empty, bounded, printable).
+
+    Raises:
+        InvalidEvent: it is not.
+    """
     if not isinstance(value, str) or not value.strip():
         raise InvalidEvent(f"reason must be a non-empty string, got {value!r}", field="reason")
     if len(value) > MAX_REASON:
@@ -99,7 +104,7 @@ def erase(engine: Engine, session: Any, *, reason: Any, actor: Any = None) -> li
         StorageError: the role may not erase (the application role cannot).
     """
     engine.validate.id(session, "session")
-    why = _reason(reason)
+    why = check_reason(reason)
     engine.validate.optional_id(actor, "actor")
     return _erase(engine, session, why, actor, None)
 
@@ -179,7 +184,7 @@ def erase_older_than(
     age = older_than if isinstance(older_than, timedelta) else parse_age(older_than)
     if age <= timedelta(0):
         raise InvalidEvent("older_than must be positive", field="older_than")
-    why = _reason(reason)
+    why = check_reason(reason)
     engine.validate.optional_id(actor, "actor")
     engine.validate.flag(dry_run, "dry_run")
     cutoff = now_micros() - age // timedelta(microseconds=1)

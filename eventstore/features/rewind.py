@@ -12,11 +12,11 @@ from typing import Any
 
 from eventstore.core.appends import check_version
 from eventstore.core.records import SessionInfo
-from eventstore.core.rewinds import Rewinds, RewindRow, kept_id, kept_reason
-from eventstore.core.rows import NewSession
+from eventstore.core.rewinds import Rewinds, kept_id, kept_reason
+from eventstore.core.rows import NewSession, RewindRow
 from eventstore.engine.engine import Engine, now_micros
 from eventstore.errors import ConcurrencyError, InvalidEvent, TurnBusy
-from eventstore.features.audit import _reason as check_reason
+from eventstore.features.audit import check_reason
 
 __all__ = ["rewind", "lines"]
 

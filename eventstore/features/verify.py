@@ -22,11 +22,11 @@ from eventstore.core.checkpoints import Checkpoint, CurrentSession, ErasedSessio
 from eventstore.core.codec import decode_payload, recorded_hash, state_digest
 from eventstore.core.records import Problem, VerifyReport, to_datetime
 from eventstore.core.reducer import REDUCER_VERSION, fold_json
-from eventstore.core.rewinds import RewindRow
 from eventstore.core.rows import (
     ZERO_HASH,
     CompactionRow,
     EventRow,
+    RewindRow,
     SessionRow,
     SnapshotRow,
     TombstoneRow,

@@ -34,6 +34,7 @@ from eventstore.core.rows import (
     FeedRow,
     LoadParts,
     NewSession,
+    RewindRow,
     Segment,
     SessionControl,
     SessionRow,
@@ -41,7 +42,6 @@ from eventstore.core.rows import (
     TombstoneRow,
     TurnBatch,
 )
-from eventstore.core.rewinds import RewindRow
 from eventstore.errors import StorageError
 
 __all__ = [

@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import insert, select, update
 
-from eventstore.core.rewinds import RewindRow
+from eventstore.core.rows import RewindRow
 from eventstore.storage.schema import session_rewinds, sessions
 
 __all__ = ["keep_line", "mark_line", "record_rewind", "select_rewinds"]

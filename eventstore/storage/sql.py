@@ -47,6 +47,7 @@ from eventstore.core.rows import (
     FeedRow,
     LoadParts,
     NewSession,
+    RewindRow,
     Segment,
     SessionControl,
     SessionRow,
@@ -54,7 +55,6 @@ from eventstore.core.rows import (
     TombstoneRow,
     TurnBatch,
 )
-from eventstore.core.rewinds import RewindRow
 from eventstore.errors import ConcurrencyError, EventStoreError, SchemaError, StorageError
 from eventstore.storage.interface import AsyncChangeWatcher, ChangeWatcher, EventIdRace, Storage, Tx
 from eventstore.storage.schema import (
