@@ -189,3 +189,4 @@ def test_verify_reports_each_rewind(store: EventStore) -> None:
     assert (notice.session, notice.kind, notice.version) == ("s1", "rewound", 1)
     assert "user:ada" in notice.message and "regenerate" in notice.message and "s1~1" in notice.message
     assert [n.kind for n in store.verify("s1~1").notices] == ["rewound"]
+
