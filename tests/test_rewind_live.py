@@ -248,3 +248,15 @@ def test_after_any_appends_branches_and_rewinds_every_event_stays_readable(db_ur
         for eid, e in acked.items():
             assert readable.get(eid) == e, eid
         assert store.verify().ok
+
+
+def test_history_turns_and_the_report_show_kept_lines(db_url: str, tmp_path: Any) -> None:
+    with make_store(db_url) as store:
+        store.append("s1", [send(i) for i in range(4)])
+        store.rewind("s1", to=2, reason="edit")
+    r = run_cli("history", "s1", "--turns", db=db_url)
+    assert "kept lines" in r.stdout and "s1~1" in r.stdout and "rewound to v2" in r.stdout
+    out = tmp_path / "report.html"
+    run_cli("report", "s1", "-o", str(out), db=db_url)
+    page = out.read_text(encoding="utf-8")
+    assert "s1~1" in page and "kept by a rewind of s1 to v2" in page and "was rewound" in page

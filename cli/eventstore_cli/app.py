@@ -301,6 +301,7 @@ def history(
         if turns:
             with _working(f"reading the turns of {safe(session)}"):
                 rows = store.turns(session, upto=version)
+                kept = store.lines(session)
             if as_json:
                 print_json([r.to_json() for r in rows])
             else:
@@ -308,6 +309,8 @@ def history(
 
                 out = _out()
                 out.print(render.turns_view(rows, session, width=out.width))
+                if kept:
+                    out.print(render.kept_lines(kept))
             return
         want = PAGE + 1 if paged else limit
         with _working(f"reading the history of {safe(session)}"):

@@ -24,6 +24,7 @@ from eventstore.core.rows import RewindRow, SessionRow
 
 __all__ = [
     "Rewinds",
+    "is_kept_line",
     "kept_id",
     "kept_reason",
 ]
@@ -41,6 +42,15 @@ def kept_id(session: str, taken: Iterable[str]) -> str:
         if t.startswith(prefix) and m is not None and m.start() == len(session):
             n = max(n, int(m.group(1)))
     return f"{session}~{n + 1}"
+
+
+def is_kept_line(session: str, parent: str | None) -> bool:
+    """Whether ``session``, listed with ``parent``, is a line a rewind of ``parent`` kept
+    (its id is ``parent~N``; no other session can have such an id)."""
+    if parent is None or not session.startswith(parent + "~"):
+        return False
+    m = _KEPT_NUMBER.search(session)
+    return m is not None and m.start() == len(parent)
 
 
 def kept_reason(session: str, to: int) -> str:
