@@ -444,6 +444,8 @@ class EventStore(StoreBase):
             InvalidEvent: an argument is malformed.
             SessionNotFound: no such session.
             VersionNotFound: ``after`` is beyond the session's head.
+            SessionRewound: (while iterating) the session was rewound; raised once every
+                event committed before the rewind was yielded (``.to``, ``.kept``).
         """
         return self._engine.follow(session, after=after, idle_timeout=idle_timeout)
 

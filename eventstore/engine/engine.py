@@ -819,27 +819,30 @@ class Engine:
             row = st.lock_session(tx, session)
             if row is None:
                 raise self.missing(tx, session)
-            fork = check_version(row, at)
-            h, turn = self.hash_turn_at(tx, row, fork)
-            new = NewSession(
-                id=new_id,
-                created_at=now_micros(),
-                parent_pk=row.pk,
-                fork_version=fork,
-                head=fork,
-                head_hash=h,
-                head_turn=turn,
-                # What the parent compacted away is gone for the branch too.
-                baseline=row.baseline,
-                baseline_hash=row.baseline_hash,
-                baseline_turn=row.baseline_turn,
-            )
+            new = self.fork_of(tx, row, check_version(row, at), new_id, now_micros())
             if self.insert_new_session(tx, new) is None:
                 taken = st.get_session(tx, new_id)
                 if taken is not None:
                     self.check_open(tx, taken)
                 raise SessionExists(new_id)
         return str(new_id)
+
+    def fork_of(self, tx: Tx, row: SessionRow, fork: int, new_id: str, created_at: int) -> NewSession:
+        """The row of a branch of ``row`` at version ``fork`` (already checked)."""
+        h, turn = self.hash_turn_at(tx, row, fork)
+        return NewSession(
+            id=new_id,
+            created_at=created_at,
+            parent_pk=row.pk,
+            fork_version=fork,
+            head=fork,
+            head_hash=h,
+            head_turn=turn,
+            # What the parent compacted away is gone for the branch too.
+            baseline=row.baseline,
+            baseline_hash=row.baseline_hash,
+            baseline_turn=row.baseline_turn,
+        )
 
     # -- compaction primitive -----------------------------------------------------------
 

@@ -13,7 +13,7 @@ from typing import Any
 from eventstore.core.appends import check_version
 from eventstore.core.records import SessionInfo
 from eventstore.core.rewinds import Rewinds, kept_id, kept_reason
-from eventstore.core.rows import NewSession, RewindRow
+from eventstore.core.rows import RewindRow
 from eventstore.engine.engine import Engine, now_micros
 from eventstore.errors import ConcurrencyError, InvalidEvent, TurnBusy
 from eventstore.features.audit import check_reason
@@ -68,7 +68,6 @@ def rewind(
         target = check_version(row, to)
         if target == row.head:
             return None
-        h, turn = engine.hash_turn_at(tx, row, target)
         taken = [r.kept_id for r in st.list_rewinds(tx, session_id=session)]
         kid = kept_id(session, taken)
         # An id of that shape made before such ids were refused, or erased: skip past it.
@@ -88,19 +87,8 @@ def rewind(
             actor=actor,
             reason=why,
         )
-        new = NewSession(
-            id=session,
-            # The same conversation: it keeps its creation time.
-            created_at=row.created_at,
-            parent_pk=row.pk,
-            fork_version=target,
-            head=target,
-            head_hash=h,
-            head_turn=turn,
-            baseline=row.baseline,
-            baseline_hash=row.baseline_hash,
-            baseline_turn=row.baseline_turn,
-        )
+        # The same conversation: the new row keeps the session's creation time.
+        new = engine.fork_of(tx, row, target, session, row.created_at)
         st.rewind_session(tx, rec, new, now, kept_reason(session, target))
     # This process's cached head of the id is the kept line's now.
     engine.planner.take_head(session)

@@ -67,7 +67,7 @@ from eventstore.storage.schema import (
     snapshots,
     tombstones,
 )
-from eventstore.storage import rewind_sql
+from eventstore.storage.rewind_sql import keep_line, mark_line, record_rewind, select_rewinds
 from eventstore.storage.urls import mask_url
 from eventstore.storage.watch import AsyncProbe, Notifier, Probe, Signal, TaskWatcher, ThreadWatcher
 
@@ -1313,18 +1313,18 @@ class SqlStorage(Storage):
         return [_tombstone(r) for r in rows]
 
     def rewind_session(self, tx: Tx, rec: RewindRow, new: NewSession, closed_at: int, reason: str) -> SessionRow:
-        rewind_sql.keep_line(tx, rec.kept_pk, rec.kept_id, closed_at, reason)
+        keep_line(tx, rec.kept_pk, rec.kept_id, closed_at, reason)
         row = self.insert_session(tx, new)
         if row is None:
             raise StorageError(f"session id {new.id!r} is taken; it cannot take the rewound session")
-        rewind_sql.mark_line(tx, rec.kept_pk, row.pk)
-        rewind_sql.record_rewind(tx, dataclasses.replace(rec, new_pk=row.pk))
+        mark_line(tx, rec.kept_pk, row.pk)
+        record_rewind(tx, dataclasses.replace(rec, new_pk=row.pk))
         return row
 
     def list_rewinds(
         self, tx: Tx, *, session_id: str | None = None, pks: Collection[int] | None = None
     ) -> list[RewindRow]:
-        return rewind_sql.select_rewinds(tx, session_id=session_id, pks=pks)
+        return select_rewinds(tx, session_id=session_id, pks=pks)
 
     def collect_blobs(self, tx: Tx, candidates: Iterable[bytes] | None = None) -> int:
         self._lock_snapshot_writes(tx)
