@@ -17,6 +17,7 @@ BENCHMARKS: list[str] = [
     "audit",
     "compare",
     "timetravel",
+    "rewind",  # rewind of a 100k-event session vs a 100-event one
     "report",
     "feed",
     "feed_barrier",  # the feed with a stranger's idle transaction open; the barrier's cost

@@ -106,6 +106,7 @@ _PUBLIC: dict[str, dict[str, str]] = {
         "SessionClosed": "eventstore.errors",
         "TurnStopped": "eventstore.errors",
         "TurnBusy": "eventstore.errors",
+        "SessionRewound": "eventstore.errors",
         "CheckpointError": "eventstore.errors",
         "SchemaError": "eventstore.errors",
         "StorageError": "eventstore.errors",
@@ -324,6 +325,9 @@ if TYPE_CHECKING:  # static checkers cannot follow the table: they read these im
     )
     from eventstore.errors import (
         TurnBusy as TurnBusy,
+    )
+    from eventstore.errors import (
+        SessionRewound as SessionRewound,
     )
     from eventstore.errors import (
         TurnStopped as TurnStopped,

@@ -47,6 +47,7 @@ from eventstore.engine.group_commit import AppendGroup
 from eventstore.engine.turns import DEFAULT_MAX_DELAY
 from eventstore.features import audit, compaction, timetravel, transfer
 from eventstore.features import report as reporting
+from eventstore.features import rewind as rewinding
 from eventstore.features import verify as verifying
 from eventstore.features.compaction import CompactResult
 from eventstore.features.timetravel import ReplayStep
@@ -179,6 +180,26 @@ class AsyncEventStore(StoreBase):
         """Twin of :meth:`EventStore.branch <eventstore.EventStore.branch>`: fork a session
         copy-on-write; the branch's id."""
         return await run(self._engine.branch, session, at=at, new_id=new_id)
+
+    async def rewind(
+        self,
+        session: str,
+        *,
+        to: int,
+        expected_version: int | None = None,
+        actor: str | None = None,
+        reason: str | None = None,
+    ) -> str | None:
+        """Twin of :meth:`EventStore.rewind <eventstore.EventStore.rewind>`: the kept id,
+        or ``None`` when ``to`` is the head."""
+        return await run(
+            rewinding.rewind, self._engine, session, to=to, expected_version=expected_version, actor=actor, reason=reason
+        )
+
+    async def lines(self, session: str) -> list[SessionInfo]:
+        """Twin of :meth:`EventStore.lines <eventstore.EventStore.lines>`: the lines rewound
+        away from a session, oldest first."""
+        return await run(rewinding.lines, self._engine, session)
 
     async def compact(
         self,

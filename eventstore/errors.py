@@ -20,6 +20,7 @@ maps them in exactly one place and chains the original as ``__cause__``.
     ├── SessionClosed           the session was closed to writes (reads still work)
     ├── TurnStopped             a stop (or crash recovery) ended this streaming turn
     ├── TurnBusy                another streaming turn owns the session's stream
+    ├── SessionRewound          a followed session was rewound; its old line lives on under a kept id
     ├── CheckpointError         a checkpoint or key file is unreadable, malformed or of the wrong kind
     ├── SchemaError             the database has no (or an older) eventstore schema
     └── StorageError            the database failed; ``retryable`` tells whether to try again
@@ -43,6 +44,7 @@ __all__ = [
     "SessionClosed",
     "TurnStopped",
     "TurnBusy",
+    "SessionRewound",
     "CheckpointError",
     "SchemaError",
     "StorageError",
@@ -254,6 +256,27 @@ class TurnBusy(EventStoreError):
         )
         self.session = session
         self.seen_seconds_ago = seen_seconds_ago
+
+
+class SessionRewound(EventStoreError):
+    """The session being followed was rewound: its id now names a line that ends at
+    ``to``, and the events the follower was reading on from live on under ``kept``.
+
+    Raised by a follower once it has handed out every event committed before the rewind.
+
+    Attributes:
+        session: the session id.
+        to: the version the session was rewound to.
+        kept: the id of the line that keeps the events after ``to``.
+    """
+
+    def __init__(self, session: str, to: int, kept: str) -> None:
+        super().__init__(
+            f"session {session!r} was rewound to version {to}; the events after it are kept as {kept!r}"
+        )
+        self.session = session
+        self.to = to
+        self.kept = kept
 
 
 class CheckpointError(EventStoreError):

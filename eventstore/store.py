@@ -42,6 +42,7 @@ from eventstore.engine.facade import StoreBase
 from eventstore.engine.turns import DEFAULT_MAX_DELAY, StreamingTurn, TurnWriter
 from eventstore.features import audit, compaction, timetravel, transfer
 from eventstore.features import report as reporting
+from eventstore.features import rewind as rewinding
 from eventstore.features import verify as verifying
 from eventstore.features.compaction import CompactResult
 from eventstore.features.timetravel import ReplayStep
@@ -276,6 +277,62 @@ class EventStore(StoreBase):
         """
         return self._engine.branch(session, at=at, new_id=new_id)
 
+    def rewind(
+        self,
+        session: str,
+        *,
+        to: int,
+        expected_version: int | None = None,
+        actor: str | None = None,
+        reason: str | None = None,
+    ) -> str | None:
+        """Rewind a session to an earlier version, keeping the line it leaves (an edit, a
+        regenerate or an undo).
+
+        The session's head becomes ``to`` and its state the one it had there. No event
+        is changed, copied or deleted: the events after ``to`` stay readable, byte for
+        byte, under the returned kept id ``"{session}~{n}"``, a line closed to writes
+        that shares the session's events up to ``to`` and keeps the old head (branch it
+        to continue it). O(1) in the number of events. Recorded for the audit: who, when,
+        why, from which head to which version, the kept id.
+
+        Args:
+            session: the session to rewind.
+            to: the version that becomes the head (0: an empty session).
+            expected_version: the head the caller expects, as for :meth:`append`.
+            actor: who rewinds it (kept in the record).
+            reason: why (kept in the record).
+
+        Returns:
+            The kept id, or ``None`` when ``to`` is the head (nothing is written).
+
+        Raises:
+            InvalidEvent: an argument is malformed.
+            SessionNotFound: no such session.
+            SessionErased: it was erased.
+            VersionNotFound: ``to`` is beyond the head.
+            CompactedError: ``to`` lies below the compaction baseline.
+            ConcurrencyError: the head is not ``expected_version``.
+            SessionClosed: the session is closed to writes (a kept line is).
+            TurnBusy: a streaming turn holds the session.
+        """
+        return rewinding.rewind(
+            self._engine, session, to=to, expected_version=expected_version, actor=actor, reason=reason
+        )
+
+    def lines(self, session: str) -> list[SessionInfo]:
+        """The lines rewound away from a session, oldest first.
+
+        Each is listed as :meth:`sessions` lists it: ``parent`` is ``session`` and
+        ``fork_version`` the version it was rewound to.
+
+        Raises:
+            InvalidEvent: the id is malformed.
+            SessionNotFound: no such session.
+            SessionErased: it was erased.
+        """
+        return rewinding.lines(self._engine, session)
+
     def compact(
         self,
         session: str,
@@ -389,6 +446,8 @@ class EventStore(StoreBase):
             InvalidEvent: an argument is malformed.
             SessionNotFound: no such session.
             VersionNotFound: ``after`` is beyond the session's head.
+            SessionRewound: (while iterating) the session was rewound; raised once every
+                event committed before the rewind was yielded (``.to``, ``.kept``).
         """
         return self._engine.follow(session, after=after, idle_timeout=idle_timeout)
 

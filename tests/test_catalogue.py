@@ -302,15 +302,18 @@ def test_erased_sessions_are_never_listed(store: EventStore) -> None:
         store.info_changes("a")
 
 
-def test_kept_lines_are_listed_only_when_asked(store: EventStore, raw_engine: Engine) -> None:
-    store.append("s1", [send(1)])
-    store.append("s1~1", [send(1)])
-    with raw_engine.begin() as conn:
-        conn.execute(
-            text("UPDATE sessions SET line_of = (SELECT pk FROM sessions WHERE id = 's1') WHERE id = 's1~1'")
-        )
+def test_kept_lines_are_listed_only_when_asked(store: EventStore) -> None:
+    store.append("s1", [send(1, "first"), FINISH])
+    store.set_info("s1", title="Mugs", owner="user:ada", metadata={"tenant": "acme"})
+    kept = store.rewind("s1", to=1)
+    assert kept == "s1~1"
     assert ids(store.list_sessions()) == ["s1"]
-    assert ids(store.list_sessions(include_lines=True)) == ["s1~1", "s1"]
+    assert sorted(ids(store.list_sessions(include_lines=True))) == ["s1", "s1~1"]
+    # The conversation keeps its title, owner and metadata under its id after the rewind,
+    # and a rewind is activity: the session comes first in the recent order.
+    info = store.list_sessions(owner="user:ada").items[0]
+    assert (info.id, info.title, info.metadata) == ("s1", "Mugs", {"tenant": "acme"})
+    assert info.updated_at >= list(store.history("s1~1"))[-1].recorded_at
 
 
 def test_export_import_keeps_status_and_title(

@@ -398,3 +398,36 @@ def test_the_application_role_cannot_poison_the_shared_snapshot_blobs(setup: dic
             assert app_store.load("s1", version=v).to_json() == fold(actions[:v]).to_json(), v
         assert app_store.verify().ok
     assert refused == len(planted)
+
+
+def test_the_application_role_rewinds_and_every_event_stays_readable(setup: dict[str, Any]) -> None:
+    owner_store = EventStore(setup["owner"], snapshot_every=8)
+    owner_store.migrate()
+    with _raw(setup["owner"]) as conn:
+        conn.execute(setup["grants"])
+    try:
+        with EventStore(setup["app"], snapshot_every=8) as app_store:
+            app_store.append("s1", chat_session(turns=3, seed=4))
+            before = list(app_store.history("s1"))
+            kept = app_store.rewind("s1", to=10, actor="user:ada", reason="edit")
+            assert kept == "s1~1" and app_store.head("s1") == 10
+            assert list(app_store.history(kept)) == before
+            assert [s.id for s in app_store.lines("s1")] == [kept]
+            app_store.append("s1", [{"type": "stop"}])
+            assert app_store.verify().ok
+            # The records of rewinds, the lineage and the events are out of its reach.
+            forbidden = [
+                "UPDATE session_rewinds SET kept_id = 'x'",
+                "DELETE FROM session_rewinds",
+                "UPDATE sessions SET parent_pk = NULL",
+                "UPDATE sessions SET fork_version = 0",
+                "UPDATE events SET session_pk = 0",
+                "DELETE FROM sessions",
+            ]
+            with _raw(setup["app"]) as conn:
+                for sql in forbidden:
+                    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                        conn.execute(sql)
+            assert list(owner_store.history(kept)) == before
+    finally:
+        owner_store.close()

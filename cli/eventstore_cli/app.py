@@ -365,6 +365,7 @@ def history(
         if turns:
             with _working(f"reading the turns of {safe(session)}"):
                 rows = store.turns(session, upto=version)
+                kept = store.lines(session)
             if as_json:
                 print_json([r.to_json() for r in rows])
             else:
@@ -372,6 +373,8 @@ def history(
 
                 out = _out()
                 out.print(render.turns_view(rows, session, width=out.width))
+                if kept:
+                    out.print(render.kept_lines(kept))
             return
         want = PAGE + 1 if paged else limit
         with _working(f"reading the history of {safe(session)}"):
@@ -447,6 +450,34 @@ def branch(
         print_json({"id": new_id, "parent": session, "fork_version": head})
     else:
         typer.echo(f"created {safe(new_id)} from {safe(session)}@{head}")
+
+
+@app.command()
+@cli_errors
+def rewind(
+    ctx: typer.Context,
+    session: str = typer.Argument(..., help="Session to rewind."),
+    to: int = typer.Option(..., "--to", min=0, help="The version that becomes the head (0: empty)."),
+    reason: str | None = typer.Option(None, "--reason", help="Why (kept in the audit record)."),
+    expected_version: int | None = typer.Option(
+        None, "--expected-version", min=0, help="Fail unless the head is this version."
+    ),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Rewind a session to an earlier version, keeping the line it leaves; print its id.
+
+    Nothing is changed, copied or deleted: the events after the version stay readable
+    under the kept id SESSION~N (a line closed to writes; branch it to continue it).
+    Prints nothing but a note when the version already is the head.
+    """
+    with open_store(ctx) as store:
+        kept = store.rewind(session, to=to, reason=reason, expected_version=expected_version)
+    if as_json:
+        print_json({"session": session, "to": to, "kept": kept})
+    elif kept is None:
+        typer.echo(f"{safe(session)} is already at version {to}; nothing to rewind")
+    else:
+        typer.echo(safe(kept))
 
 
 @app.command()

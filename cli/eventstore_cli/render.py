@@ -30,6 +30,7 @@ __all__ = [
     "action_summary",
     "styled_status",
     "turns_table",
+    "kept_lines",
     "turns_view",
     "sessions_table",
     "branch_tree",
@@ -117,6 +118,15 @@ def _labelled(rows: list[tuple[str, str, Text]]) -> Table:
     for label, style, value in rows:
         grid.add_row(Text(label, style=style), value)
     return grid
+
+
+def kept_lines(lines: Sequence[Any]) -> Any:
+    """The lines rewound away from a session, one per line: id, the version it was rewound
+    to, its head."""
+    out = Text("kept lines (rewound away from this session):", style="dim")
+    for line in lines:
+        out.append(f"\n  {safe(line.id)}  rewound to v{line.fork_version}, head v{line.head}")
+    return out
 
 
 def turns_view(turns: Sequence[Any], session: str, width: int = 80) -> Any:

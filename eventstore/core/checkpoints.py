@@ -49,6 +49,7 @@ __all__ = [
     "Checkpoint",
     "CurrentSession",
     "ErasedSession",
+    "RewoundSession",
     "CheckpointProblem",
     "generate_keypair",
     "load_private_key",
@@ -383,14 +384,43 @@ class ErasedSession:
 
 
 @dataclass(frozen=True, slots=True)
+class RewoundSession:
+    """A session rewound through the API past the version a checkpoint anchors: the
+    anchored version now lives on in the line the rewind kept.
+
+    Attributes:
+        id: the session id.
+        head: its head version now.
+        kept: the id of the kept line that holds the anchored version.
+        to: the version the session was rewound to.
+        hash_at_anchor: the hash the kept line holds now at the anchored version (as
+            :attr:`CurrentSession.hash_at_anchor`).
+        rewound_at: when (aware UTC).
+        actor: who rewound it (``None`` when not given).
+        reason: why (``None`` when not given).
+    """
+
+    id: str
+    head: int
+    kept: str
+    to: int
+    hash_at_anchor: bytes | None
+    rewound_at: datetime
+    actor: str | None
+    reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class CheckpointProblem:
     """One way the database does not extend a checkpoint.
 
     Attributes:
         session: the session concerned (``None`` for the checkpoint as a whole).
         kind: ``bad_signature``, ``vanished``, ``head_moved_back``, ``rewritten``,
-            ``baseline_moved_back``, ``baseline_rewritten``, ``erased_inconsistent``, or
-            ``erased`` (an erasure through the API: reported, but not tampering).
+            ``baseline_moved_back``, ``baseline_rewritten``, ``erased_inconsistent``,
+            ``erased`` (an erasure through the API: reported, but not tampering), or
+            ``rewound`` (a rewind through the API whose kept line still holds the
+            anchored head: reported, but not tampering).
         message: one line for a person, naming the session and versions.
     """
 
@@ -400,14 +430,15 @@ class CheckpointProblem:
 
     @property
     def tampering(self) -> bool:
-        """``False`` only for an erasure through the API, which the checkpoint accounts for."""
-        return self.kind != "erased"
+        """``False`` only for an erasure or a rewind through the API, which the checkpoint
+        accounts for."""
+        return self.kind not in ("erased", "rewound")
 
 
 def check_checkpoint(
     checkpoint: Checkpoint,
     public_key: bytes | Ed25519PublicKey,
-    current_heads: Iterable[CurrentSession | ErasedSession],
+    current_heads: Iterable[CurrentSession | ErasedSession | RewoundSession],
 ) -> list[CheckpointProblem]:
     """Whether the database, as described by ``current_heads``, still extends the checkpoint.
 
@@ -417,6 +448,9 @@ def check_checkpoint(
     - erased through the API (a tombstone): ``erased`` with who, when and why, when the
       tombstone's head is at or beyond the anchored head (and its hash matches at the
       same version); ``erased_inconsistent`` when it is behind or differs;
+    - rewound through the API to below the anchored head: ``rewound`` with who, when and
+      why, when the kept line holds the anchored hash at the anchored version;
+      ``rewritten`` when it does not;
     - missing with no tombstone: ``vanished``;
     - head now below the anchored head: ``head_moved_back``;
     - hash now held at the anchored version is not the anchored hash (or nothing is held
@@ -451,7 +485,7 @@ def check_checkpoint(
                 f"{checkpoint.origin!r} is not signed by this key (altered, or another key)",
             )
         ]
-    now: dict[str, CurrentSession | ErasedSession] = {}
+    now: dict[str, CurrentSession | ErasedSession | RewoundSession] = {}
     for c in current_heads:
         if c.id in now:
             raise CheckpointError(f"session {c.id!r} is described twice")
@@ -465,7 +499,7 @@ def check_checkpoint(
 
 
 def _check_one(
-    a: SessionHead, c: CurrentSession | ErasedSession | None
+    a: SessionHead, c: CurrentSession | ErasedSession | RewoundSession | None
 ) -> CheckpointProblem | None:
     sid = a.id
     at = f"session {sid!r}"
@@ -487,6 +521,22 @@ def _check_one(
             "erased",
             f"{at} was erased{by} at {c.erased_at.isoformat()}: {c.reason} "
             f"(head {c.head}; anchored at {a.head})",
+        )
+    if isinstance(c, RewoundSession):
+        if c.hash_at_anchor != a.head_hash:
+            return CheckpointProblem(
+                sid,
+                "rewritten",
+                f"{at} was rewound to version {c.to}, but its kept line {c.kept!r} does not hold "
+                f"the anchored version {a.head}",
+            )
+        by = f" by {c.actor!r}" if c.actor else ""
+        why = f": {c.reason}" if c.reason else ""
+        return CheckpointProblem(
+            sid,
+            "rewound",
+            f"{at} was rewound{by} at {c.rewound_at.isoformat()} to version {c.to}{why}; the "
+            f"anchored version {a.head} is kept as {c.kept!r}",
         )
     if c.head < a.head:
         return CheckpointProblem(

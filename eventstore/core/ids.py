@@ -16,6 +16,8 @@ from eventstore.errors import InvalidEvent
 __all__ = ["check_new_session_id", "split_ref"]
 
 _VERSION_SUFFIX = re.compile(r"@([0-9]+)\Z")
+# ``SESSION~N``: the id a rewind gives the line it keeps (see eventstore.features.rewind).
+_KEPT_SUFFIX = re.compile(r"~[0-9]+\Z")
 
 
 def split_ref(ref: str) -> tuple[str, int | None]:
@@ -32,9 +34,18 @@ def split_ref(ref: str) -> tuple[str, int | None]:
 def check_new_session_id(session: str, what: str = "session") -> None:
     """Refuse a new session id that would read as ``SESSION@VERSION``.
 
+    Also refuse an id ending in ``~`` and digits: that is how a rewind names the line it
+    keeps, so such an id could clash with one.
+
     Raises:
-        InvalidEvent: ``session`` ends in ``@`` followed by digits.
+        InvalidEvent: ``session`` ends in ``@`` or ``~`` followed by digits.
     """
+    if _KEPT_SUFFIX.search(session):
+        raise InvalidEvent(
+            f"a new session id must not end in '~' and digits ({session!r} is how a rewind "
+            "names the line it keeps)",
+            field=what,
+        )
     if _VERSION_SUFFIX.search(session):
         raise InvalidEvent(
             f"a new session id must not end in '@' and digits ({session!r} would read as "

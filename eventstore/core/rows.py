@@ -23,6 +23,7 @@ __all__ = [
     "LoadParts",
     "CompactionRow",
     "TombstoneRow",
+    "RewindRow",
     "Erasure",
     "FeedRow",
     "FeedBarrier",
@@ -241,6 +242,37 @@ class TombstoneRow:
     actor: str | None
     reason: str
     erased_with: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RewindRow:
+    """One row of ``session_rewinds``.
+
+    Attributes:
+        session_id: the id that was rewound.
+        kept_id: the id the old line is kept under.
+        kept_pk: the row that holds the old line (renamed to ``kept_id``).
+        new_pk: the row the rewind made for ``session_id`` (a branch of ``kept_pk``).
+        from_head: the head before the rewind (the kept line's head).
+        from_hash: the chain hash at ``from_head``.
+        to_version: the version the session was rewound to.
+        rewound_at: microseconds since the Unix epoch, UTC.
+        actor: who rewound it (``None`` when not given).
+        reason: why (``None`` when not given).
+        seq: the record's number (rewinds in the order they were made).
+    """
+
+    session_id: str
+    kept_id: str
+    kept_pk: int
+    new_pk: int
+    from_head: int
+    from_hash: bytes
+    to_version: int
+    rewound_at: int
+    actor: str | None
+    reason: str | None
+    seq: int = 0
 
 
 @dataclass(frozen=True, slots=True)

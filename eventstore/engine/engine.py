@@ -40,7 +40,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from eventstore.core.appends import (
@@ -82,6 +82,7 @@ from eventstore.core.records import (
     to_datetime,
 )
 from eventstore.core.reducer import REDUCER_VERSION, fold_json
+from eventstore.core.rewinds import Rewinds
 from eventstore.core.rows import (
     CatalogueEffect,
     CompactionRow,
@@ -105,6 +106,7 @@ from eventstore.errors import (
     SessionErased,
     SessionExists,
     SessionNotFound,
+    SessionRewound,
     StorageError,
     VersionNotFound,
 )
@@ -596,8 +598,14 @@ class Engine:
         with self.storage.read() as tx:
             row = self.row(tx, session)
             lineage = self.lineage(tx, row)
-        names = {r.pk: r.id for r in lineage}
+            names = self.event_names(tx, lineage)
         return self._iter_history(history_segments(lineage, row, after, upto), names, limit, desc)
+
+    def event_names(self, tx: Tx, lineage: Sequence[SessionRow]) -> dict[int, str]:
+        """The id each row of a lineage reports its events under: the id of the session
+        they were appended to (a kept line's events: the id that was rewound)."""
+        names = {r.pk: r.id for r in lineage}
+        return Rewinds(self.storage.list_rewinds(tx, pks=names.keys())).event_names(names)
 
     def _iter_history(
         self, segs: list[Segment], names: dict[int, str], limit: int | None, desc: bool
@@ -637,12 +645,12 @@ class Engine:
         with self.storage.read() as tx:
             row = self.row(tx, session)
             lineage = self.lineage(tx, row)
+            names = self.event_names(tx, lineage)
         if start > row.head:
             raise VersionNotFound(
                 row.id, start, row.head,
                 f"session {row.id!r} has no version {start} to follow after (its head is {row.head})",
             )
-        names = {r.pk: r.id for r in lineage}
         past = self._iter_history(history_segments(lineage, row, start, None), names, None, False)
         last = max(start, row.head)
         st = self.storage
@@ -653,9 +661,18 @@ class Engine:
             # never visible before v: reading on from the last version skips nothing.
             with st.read() as tx:
                 rows = st.read_events(tx, row.pk, after=last, upto=MAX_VERSION, limit=HISTORY_CHUNK)
+                moved = Rewinds(st.list_rewinds(tx, pks=(row.pk,))).by_kept.get(row.pk)
+            full = len(rows) == HISTORY_CHUNK
+            if moved is not None:
+                # The id was rewound: what the row holds up to the old head was committed
+                # before the rewind and is handed out; then the follower ends.
+                rows = [e for e in rows if e.version <= moved.from_head]
+                if not rows:
+                    raise SessionRewound(row.id, moved.to_version, moved.kept_id)
+                full = True
             if rows:
                 last = rows[-1].version
-            return [recorded(e, row.id) for e in rows], False, len(rows) == HISTORY_CHUNK
+            return [recorded(e, row.id) for e in rows], False, full
 
         return Live(past, read, Pacer(idle, time.monotonic()), state or FollowState(time.time))
 
@@ -695,9 +712,25 @@ class Engine:
                 pending = not full and band.pending
             key, bands = next_key, next_bands
             out = [recorded_from_feed(r) for r in rows]
+            if rows:
+                out = self.feed_names(out, {r.session_pk for r in rows}, [r.session_pk for r in rows])
             return out, pending, full
 
         return Live(iter(()), read, Pacer(idle, time.monotonic()), state or FollowState(time.time))
+
+    def feed_names(
+        self, events: list[RecordedEvent], pks: Iterable[int], pk_of: Sequence[int]
+    ) -> list[RecordedEvent]:
+        """Feed events named as :meth:`history` names them (``pk_of``: each one's row): a
+        kept line's under the id that was rewound, not the kept id."""
+        with self.storage.read() as tx:
+            kept = Rewinds(self.storage.list_rewinds(tx, pks=set(pks))).by_kept
+        if not kept:
+            return events
+        return [
+            replace(e, session_id=kept[pk].session_id) if pk in kept else e
+            for e, pk in zip(events, pk_of, strict=True)
+        ]
 
     def follow(self, session: Any, *, after: Any = 0, idle_timeout: Any = None) -> Follower:
         """A session's events after a version, then each new one as it is committed
@@ -763,6 +796,11 @@ class Engine:
                 updated = ev.recorded_at
         catalogue_rows.apply_effect(tx, pk, absolute_effect(status, first_text, updated))
 
+    def carry_catalogue(self, tx: Tx, from_pk: int, to_pk: int, updated_at: int) -> None:
+        """The session id moved from row ``from_pk`` to ``to_pk`` (a rewind): the new row keeps
+        the conversation's title, owner and metadata, and its last activity is ``updated_at``."""
+        catalogue_rows.carry_info(tx, from_pk, to_pk, updated_at)
+
     def session_rows(self) -> list[SessionRow]:
         """Every session row, oldest first."""
         with self.storage.read() as tx:
@@ -773,22 +811,38 @@ class Engine:
         with self.storage.read() as tx:
             rows = self.storage.list_sessions(tx)
             controls = self.storage.list_controls(tx)
-            infos = catalogue_rows.all_rows(tx)
-        names = {r.pk: r.id for r in rows}
-        return [
-            session_info(
-                controls.get(r.pk),
-                id=r.id,
-                parent=None if r.parent_pk is None else names.get(r.parent_pk),
-                fork_version=r.fork_version,
-                head=r.head,
-                baseline=r.baseline,
-                created_at=to_datetime(r.created_at),
-                head_turn=r.head_turn,
-                **catalogue_fields(infos.get(r.pk)),
+            rewinds = Rewinds(self.storage.list_rewinds(tx))
+            return self.infos(tx, rows, {r.pk: r for r in rows}, controls, rewinds)
+
+    def infos(
+        self,
+        tx: Tx,
+        rows: Sequence[SessionRow],
+        known: Mapping[int, SessionRow],
+        controls: Mapping[int, SessionControl],
+        rewinds: Rewinds,
+    ) -> list[SessionInfo]:
+        """The :class:`SessionInfo` of each row (``known``: rows by pk, for naming parents;
+        a rewind's rows are reported as :class:`eventstore.core.rewinds.Rewinds` says),
+        with its catalogue fields."""
+        catalogue = catalogue_rows.rows_by_pk(tx, [r.pk for r in rows])
+        out = []
+        for r in rows:
+            parent, fork = rewinds.parent(r, known)
+            out.append(
+                session_info(
+                    controls.get(r.pk),
+                    id=r.id,
+                    parent=parent,
+                    fork_version=fork,
+                    head=r.head,
+                    baseline=r.baseline,
+                    created_at=to_datetime(r.created_at),
+                    head_turn=r.head_turn,
+                    **catalogue_fields(catalogue.get(r.pk)),
+                )
             )
-            for r in rows
-        ]
+        return out
 
     # -- branch -------------------------------------------------------------------------
 
@@ -806,28 +860,31 @@ class Engine:
             row = st.lock_session(tx, session)
             if row is None:
                 raise self.missing(tx, session)
-            fork = check_version(row, at)
-            h, turn = self.hash_turn_at(tx, row, fork)
-            new = NewSession(
-                id=new_id,
-                created_at=now_micros(),
-                parent_pk=row.pk,
-                fork_version=fork,
-                head=fork,
-                head_hash=h,
-                head_turn=turn,
-                # What the parent compacted away is gone for the branch too.
-                baseline=row.baseline,
-                baseline_hash=row.baseline_hash,
-                baseline_turn=row.baseline_turn,
-                **self.catalogue_at(tx, row, fork),
-            )
+            new = self.fork_of(tx, row, check_version(row, at), new_id, now_micros())
             if self.insert_new_session(tx, new) is None:
                 taken = st.get_session(tx, new_id)
                 if taken is not None:
                     self.check_open(tx, taken)
                 raise SessionExists(new_id)
         return str(new_id)
+
+    def fork_of(self, tx: Tx, row: SessionRow, fork: int, new_id: str, created_at: int) -> NewSession:
+        """The row of a branch of ``row`` at version ``fork`` (already checked)."""
+        h, turn = self.hash_turn_at(tx, row, fork)
+        return NewSession(
+            id=new_id,
+            created_at=created_at,
+            parent_pk=row.pk,
+            fork_version=fork,
+            head=fork,
+            head_hash=h,
+            head_turn=turn,
+            # What the parent compacted away is gone for the branch too.
+            baseline=row.baseline,
+            baseline_hash=row.baseline_hash,
+            baseline_turn=row.baseline_turn,
+            **self.catalogue_at(tx, row, fork),
+        )
 
     # -- compaction primitive -----------------------------------------------------------
 

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from eventstore.core.checkpoints import Checkpoint, SessionHead, sign_checkpoint
+from eventstore.core.rewinds import Rewinds
 from eventstore.core.rows import SessionRow
 from eventstore.engine.engine import Engine, Tx, now_micros
 from eventstore.errors import InvalidEvent
@@ -61,7 +62,12 @@ def checkpoint(engine: Engine, private_key: Any, *, origin: Any = None) -> Check
     )
 
 
-def _reason(value: Any) -> str:
+def check_reason(value: Any) -> str:
+    """``value`` once it is a reason a record can keep (non-empty, bounded, printable).
+
+    Raises:
+        InvalidEvent: it is not.
+    """
     if not isinstance(value, str) or not value.strip():
         raise InvalidEvent(f"reason must be a non-empty string, got {value!r}", field="reason")
     if len(value) > MAX_REASON:
@@ -83,8 +89,13 @@ def erase(engine: Engine, session: Any, *, reason: Any, actor: Any = None) -> li
     snapshot blobs no remaining snapshot uses. Afterwards ``load``/``history`` of any of
     them raise :class:`~eventstore.errors.SessionErased` and the ids cannot be used again.
 
+    A session that was rewound shares its events with the lines the rewinds kept
+    (``session~1``, ...): they are erased with it, as its branches are (and erasing a
+    kept line erases the session too, which branches from it).
+
     Returns:
-        The erased session ids: ``session`` first, then its branches (parents first).
+        The erased session ids: ``session`` first (for a rewound session, its first kept
+        line), then its branches (parents first).
 
     Raises:
         InvalidEvent: an argument is malformed (``reason`` is required).
@@ -93,7 +104,7 @@ def erase(engine: Engine, session: Any, *, reason: Any, actor: Any = None) -> li
         StorageError: the role may not erase (the application role cannot).
     """
     engine.validate.id(session, "session")
-    why = _reason(reason)
+    why = check_reason(reason)
     engine.validate.optional_id(actor, "actor")
     return _erase(engine, session, why, actor, None)
 
@@ -109,6 +120,11 @@ def _erase(engine: Engine, session: str, why: str, actor: str | None, cutoff: in
             if cutoff is not None:
                 return []
             raise engine.missing(tx, session)
+        # A session made by a rewind shares its events with the line the rewind kept: the
+        # erasure starts from the first such line (its branches include the session).
+        while (made := Rewinds(st.list_rewinds(tx, pks=(row.pk,))).by_new.get(row.pk)) is not None:
+            kept = st.get_session_by_pk(tx, made.kept_pk)
+            row = st.lock_session(tx, kept.id) or kept
         if cutoff is not None:
             family = [row, *(st.lock_session(tx, r.id) or r for r in st.descendants(tx, row.pk))]
             if any(_last_activity(engine, tx, r) >= cutoff for r in family):
@@ -168,7 +184,7 @@ def erase_older_than(
     age = older_than if isinstance(older_than, timedelta) else parse_age(older_than)
     if age <= timedelta(0):
         raise InvalidEvent("older_than must be positive", field="older_than")
-    why = _reason(reason)
+    why = check_reason(reason)
     engine.validate.optional_id(actor, "actor")
     engine.validate.flag(dry_run, "dry_run")
     cutoff = now_micros() - age // timedelta(microseconds=1)

@@ -31,6 +31,7 @@ from eventstore.core.checkpoints import Checkpoint
 from eventstore.core.diff import SessionDiff
 from eventstore.core.records import RecordedEvent, SessionInfo, VerifyReport
 from eventstore.core.reducer import fold_json
+from eventstore.core.rewinds import is_kept_line
 from eventstore.core.text import shorten
 from eventstore.core.turn_rules import INTERRUPTED
 from eventstore.core.turn_view import Turn, build_turns, turn_messages
@@ -493,6 +494,8 @@ def _tree(infos: Sequence[SessionInfo], current: str) -> str:
     def node(s: SessionInfo, depth: int) -> str:
         here = ' class="here"' if s.id == current else ""
         fork = f" forked at v{s.fork_version}" if s.parent is not None else ""
+        if is_kept_line(s.id, s.parent):
+            fork = f" kept by a rewind of {s.parent} to v{s.fork_version}"
         mark = " ← this report" if s.id == current else ""
         kids = children.get(s.id, []) if depth < 50 else []
         sub = "".join(node(c, depth + 1) for c in kids)
@@ -507,7 +510,7 @@ def _tree(infos: Sequence[SessionInfo], current: str) -> str:
 
 def _verify(report: VerifyReport) -> str:
     erased = "".join(f"<li>{_e(n.message)}</li>" for n in report.notices)
-    erased = f'<p class="muted">Erased through the API:</p><ul>{erased}</ul>' if erased else ""
+    erased = f'<p class="muted">Erased or rewound through the API:</p><ul>{erased}</ul>' if erased else ""
     if report.ok:
         return (
             f"{_badge('ok')} hash chain and snapshots check out "

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from eventstore.core.appends import State, segments
-from eventstore.core.checkpoints import Checkpoint, CurrentSession, ErasedSession, check_checkpoint
+from eventstore.core.checkpoints import Checkpoint, CurrentSession, ErasedSession, RewoundSession, check_checkpoint
 from eventstore.core.codec import decode_payload, recorded_hash, state_digest
 from eventstore.core.records import Problem, VerifyReport, to_datetime
 from eventstore.core.reducer import REDUCER_VERSION, fold_json
@@ -26,6 +26,7 @@ from eventstore.core.rows import (
     ZERO_HASH,
     CompactionRow,
     EventRow,
+    RewindRow,
     SessionRow,
     SnapshotRow,
     TombstoneRow,
@@ -197,6 +198,9 @@ def verify(
                 mark = engine.storage.get_tombstone(tx, session)
             assert mark is not None
             rows, notices = [], [_erased(mark)]
+    with engine.storage.read() as tx:
+        rewinds = engine.storage.list_rewinds(tx)
+    notices += [_rewound(r) for r in rewinds if session is None or session in (r.session_id, r.kept_id)]
     problems: list[Problem] = []
     n_events = n_snaps = 0
     for i, row in enumerate(rows, 1):
@@ -215,7 +219,7 @@ def verify(
             # Findings about the checkpoint as a whole (a bad signature) have no session:
             # they hold whichever session is asked about.
             if session is None or p.session in ("", session):
-                (notices if p.kind == "erased" else problems).append(p)
+                (notices if p.kind in ("erased", "rewound") else problems).append(p)
         notices = list({(n.session, n.kind): n for n in notices}.values())
     return VerifyReport(
         ok=not problems,
@@ -239,19 +243,48 @@ def _erased(mark: TombstoneRow) -> Problem:
     )
 
 
+def _rewound(r: RewindRow) -> Problem:
+    by = f" by {r.actor!r}" if r.actor else ""
+    why = f": {r.reason}" if r.reason else ""
+    return Problem(
+        r.session_id,
+        r.to_version,
+        "rewound",
+        f"session {r.session_id!r} was rewound{by} at {to_datetime(r.rewound_at).isoformat()} from version "
+        f"{r.from_head} to {r.to_version}{why}; the versions after it are kept as {r.kept_id!r}",
+    )
+
+
 def _against_checkpoint(engine: Engine, checkpoint: Checkpoint, public_key: Any) -> list[Problem]:
     """The checkpoint's findings as problems (version: the anchored head, 0 for the whole)."""
     st = engine.storage
-    heads: list[CurrentSession | ErasedSession] = []
+    heads: list[CurrentSession | ErasedSession | RewoundSession] = []
     with st.read() as tx:
         rows = {r.id: r for r in st.list_sessions(tx)}
         marks = {m.session_id: m for m in st.list_tombstones(tx)}
+        rewinds = st.list_rewinds(tx)
         lineages: dict[int, list[SessionRow]] = {}
+
+        def held(row: SessionRow, version: int) -> bytes | None:
+            lineage = lineages.setdefault(row.pk, engine.lineage(tx, row))
+            return hash_in_lineage(engine, tx, lineage, version) if version <= row.head else None
+
         for anchored in checkpoint.sessions:
             row = rows.get(anchored.id)
             if row is not None:
-                lineage = lineages.setdefault(row.pk, engine.lineage(tx, row))
-                at = hash_in_lineage(engine, tx, lineage, anchored.head) if anchored.head <= row.head else None
+                at = held(row, anchored.head)
+                rewound = None if at == anchored.head_hash else _kept_anchor(
+                    rows, rewinds, anchored.id, anchored.head, anchored.head_hash, held
+                )
+                if rewound is not None:
+                    r, kept_at = rewound
+                    heads.append(
+                        RewoundSession(
+                            row.id, row.head, r.kept_id, r.to_version, kept_at,
+                            to_datetime(r.rewound_at), r.actor, r.reason,
+                        )
+                    )
+                    continue
                 heads.append(CurrentSession(row.id, row.head, row.head_hash, row.baseline, row.baseline_hash, at))
             elif anchored.id in marks:
                 m = marks[anchored.id]
@@ -266,6 +299,29 @@ def _against_checkpoint(engine: Engine, checkpoint: Checkpoint, public_key: Any)
         )
         for p in found
     ]
+
+
+def _kept_anchor(
+    rows: Mapping[str, SessionRow],
+    rewinds: list[RewindRow],
+    session: str,
+    version: int,
+    anchored: bytes,
+    held: Callable[[SessionRow, int], bytes | None],
+) -> tuple[RewindRow, bytes | None] | None:
+    """A rewind of ``session`` that moved ``version`` into its kept line, with the hash
+    that line holds there: one whose line holds ``anchored`` if any (a version can be
+    moved more than once, each time to another line), else the newest; ``None`` when no
+    rewind moved it."""
+    found: tuple[RewindRow, bytes | None] | None = None
+    for r in reversed(rewinds):
+        if r.session_id == session and r.to_version < version <= r.from_head:
+            kept = rows.get(r.kept_id)
+            h = None if kept is None or kept.pk != r.kept_pk else held(kept, version)
+            if h == anchored:
+                return r, h
+            found = found or (r, h)
+    return found
 
 
 def hash_in_lineage(engine: Engine, tx: Tx, lineage: list[SessionRow], version: int) -> bytes | None:
@@ -354,7 +410,7 @@ def _check_one(engine: Engine, row: SessionRow) -> ChainCheck:
                 if s.reducer_version == REDUCER_VERSION:
                     snaps[s.version] = s
         base_state = engine.state_at(tx, row, start) if start else None
-        check = ChainCheck(row, {r.pk: r.id for r in lineage}, base_state, snaps)
+        check = ChainCheck(row, engine.event_names(tx, lineage), base_state, snaps)
         if base_state is not None:
             _check_baseline(engine, tx, lineage, base_state, check)
             _check_below_baseline(engine, tx, row, check)

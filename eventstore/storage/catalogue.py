@@ -97,6 +97,22 @@ def apply_effect(tx: Tx, pk: int, e: CatalogueEffect) -> None:
     tx.execute(update(sessions).where(s.pk == pk).values(CATALOGUE_VALUES), effect_params(e))
 
 
+def carry_info(tx: Tx, from_pk: int, to_pk: int, updated_at: int) -> None:
+    """Give the row ``to_pk`` the title, owner and metadata of ``from_pk`` and mark it active
+    at ``updated_at`` (a rewind: the session id moves to a new row, the conversation stays)."""
+    src = select(s.title, s.owner, s.metadata).where(s.pk == from_pk).subquery()
+    tx.execute(
+        update(sessions)
+        .where(s.pk == to_pk)
+        .values(
+            title=select(src.c.title).scalar_subquery(),
+            owner=select(src.c.owner).scalar_subquery(),
+            metadata=select(src.c.metadata).scalar_subquery(),
+            updated_at=updated_at,
+        )
+    )
+
+
 _ROW_COLS = (
     s.pk,
     s.id,

@@ -18,7 +18,7 @@ A call runs inside a transaction the caller opens::
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -33,6 +33,7 @@ from eventstore.core.rows import (
     FeedRow,
     LoadParts,
     NewSession,
+    RewindRow,
     Segment,
     SessionControl,
     SessionRow,
@@ -483,6 +484,29 @@ class Storage(ABC):
     @abstractmethod
     def list_tombstones(self, tx: Tx) -> list[TombstoneRow]:
         """Every tombstone, ordered by session id."""
+
+    @abstractmethod
+    def rewind_session(self, tx: Tx, rec: RewindRow, new: NewSession, closed_at: int, reason: str) -> SessionRow:
+        """Keep a session's line under another id and give its id a new row (a rewind).
+
+        Row ``rec.kept_pk`` is renamed to ``rec.kept_id``, closed to writes (``reason``)
+        and marked as a line of the new row; ``new`` (the session id, a branch of the
+        kept row) is inserted; the audit record ``rec`` (its ``new_pk`` filled in) is
+        written. No event row is touched. The caller holds the session's lock.
+
+        Returns:
+            The new row.
+
+        Raises:
+            StorageError: the role may not, or an id is taken.
+        """
+
+    @abstractmethod
+    def list_rewinds(
+        self, tx: Tx, *, session_id: str | None = None, pks: Collection[int] | None = None
+    ) -> list[RewindRow]:
+        """Rewind records, oldest first: of one rewound id, or whose kept or new row is
+        one of ``pks``, or (neither given) every one."""
 
     @abstractmethod
     def collect_blobs(self, tx: Tx, candidates: Iterable[bytes] | None = None) -> int:

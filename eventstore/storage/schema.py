@@ -19,6 +19,8 @@ Tables::
     tombstones          one row per erased session: what was erased, when, by whom and why
     info_changes        one row per ``set_info``: who changed a session's title, owner or
                         metadata, when, and to what
+    session_rewinds     one row per rewind: which row kept the old line under which id, the
+                        row made for the session id, from which head to which version, who/why
     feed_clock          SQLite only: the highest feed number ever deleted (never handed out again)
 
 Integers and bytes only: timestamps are microseconds since the Unix epoch (UTC), so both
@@ -53,6 +55,7 @@ __all__ = [
     "compactions",
     "tombstones",
     "info_changes",
+    "session_rewinds",
     "feed_clock",
     "SQLITE_FEED_KEY",
     "BRIN_PAGES_PER_RANGE",
@@ -104,7 +107,8 @@ sessions = Table(
     Column("first_text", Text, nullable=True),
     Column("status", Text, nullable=False, server_default=text("'idle'")),
     Column("updated_at", BigInteger, nullable=False, server_default=text("0")),
-    # A line kept by a rewind: the pk of the session it was rewound away from.
+    # A line kept by a rewind: the pk of the session row the rewind created for the id
+    # this line was rewound away from (NULL for every other session).
     Column("line_of", Integer, nullable=True),
 )
 # One index per listing order, with and without an owner: a page reads the first `limit`
@@ -235,6 +239,29 @@ info_changes = Table(
     # Canonical JSON of the fields set and their new values.
     Column("changes", Text, nullable=False),
     Index("ix_info_changes_session_pk_id", "session_pk", "id"),
+)
+
+
+session_rewinds = Table(
+    "session_rewinds",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    # The id that was rewound, and the id its old line is kept under (ids, not pks only:
+    # they are what a checkpoint anchors and what a reader asks for).
+    Column("session_id", Text, nullable=False),
+    Column("kept_id", Text, nullable=False, unique=True),
+    # The row that holds the old line's events (renamed to kept_id) and the row made for
+    # session_id, a branch of it at to_version. No foreign keys: erasure deletes the rows
+    # and the record stays, as tombstones do.
+    Column("kept_pk", Integer, nullable=False, unique=True),
+    Column("new_pk", Integer, nullable=False, unique=True),
+    Column("from_head", Integer, nullable=False),
+    Column("from_hash", LargeBinary, nullable=False),
+    Column("to_version", Integer, nullable=False),
+    Column("rewound_at", BigInteger, nullable=False),
+    Column("actor", Text, nullable=True),
+    Column("reason", Text, nullable=True),
+    Index("ix_session_rewinds_session_id", "session_id"),
 )
 
 #: SQLite's events table differs from the declaration above in one point: its primary key

@@ -6,9 +6,10 @@ locking, "insert unless present" / upsert, and how a driver error is classified.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import fields
 from typing import Any
@@ -47,6 +48,7 @@ from eventstore.core.rows import (
     FeedRow,
     LoadParts,
     NewSession,
+    RewindRow,
     Segment,
     SessionControl,
     SessionRow,
@@ -68,6 +70,7 @@ from eventstore.storage.schema import (
     snapshots,
     tombstones,
 )
+from eventstore.storage.rewind_sql import keep_line, mark_line, record_rewind, select_rewinds
 from eventstore.storage.urls import mask_url
 from eventstore.storage.watch import AsyncProbe, Notifier, Probe, Signal, TaskWatcher, ThreadWatcher
 
@@ -1335,6 +1338,20 @@ class SqlStorage(Storage):
     def list_tombstones(self, tx: Tx) -> list[TombstoneRow]:
         rows = tx.execute(select(*tombstones.c).order_by(tombstones.c.session_id)).mappings()
         return [_tombstone(r) for r in rows]
+
+    def rewind_session(self, tx: Tx, rec: RewindRow, new: NewSession, closed_at: int, reason: str) -> SessionRow:
+        keep_line(tx, rec.kept_pk, rec.kept_id, closed_at, reason)
+        row = self.insert_session(tx, new)
+        if row is None:
+            raise StorageError(f"session id {new.id!r} is taken; it cannot take the rewound session")
+        mark_line(tx, rec.kept_pk, row.pk)
+        record_rewind(tx, dataclasses.replace(rec, new_pk=row.pk))
+        return row
+
+    def list_rewinds(
+        self, tx: Tx, *, session_id: str | None = None, pks: Collection[int] | None = None
+    ) -> list[RewindRow]:
+        return select_rewinds(tx, session_id=session_id, pks=pks)
 
     def collect_blobs(self, tx: Tx, candidates: Iterable[bytes] | None = None) -> int:
         self._lock_snapshot_writes(tx)
