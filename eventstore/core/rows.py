@@ -103,6 +103,8 @@ class EventRow:
         actor: who recorded it, or ``None``.
         metadata: canonical JSON bytes of a JSON object, or ``None``.
         hash: SHA-256 of the previous hash and this event's canonical envelope.
+        native: the provider-native data stored with it (JSON text, byte-exact; the
+            reducer never reads it), or ``None``.
     """
 
     session_pk: int
@@ -115,6 +117,7 @@ class EventRow:
     actor: str | None
     metadata: bytes | None
     hash: bytes
+    native: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,6 +277,7 @@ class FeedRow(NamedTuple):
     actor: str | None
     metadata: bytes | None
     hash: bytes
+    native: bytes | None
     xact: int
     session_id: str
 

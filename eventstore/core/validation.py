@@ -15,7 +15,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from eventstore.core.codec import encode_native
 from eventstore.core.feed_rules import FeedKey, parse_position
+from eventstore.core.models import check_json
 from eventstore.errors import InvalidEvent
 
 __all__ = ["MAX_VERSION", "Limits", "Validator"]
@@ -109,6 +111,49 @@ class Validator:
         if len(set(ids)) != len(ids):
             raise InvalidEvent("event_ids repeats an id within the batch", field="event_ids")
         return ids
+
+    def natives(self, native: Any, n: int) -> tuple[bytes | None, ...] | None:
+        """The stored bytes of an append's provider-native data: one entry per action
+        (``None`` for none), or ``None`` when no action carries any.
+
+        An entry is ``bytes`` or ``str`` of JSON text (kept byte for byte) or any JSON
+        value (stored as canonical JSON), within ``max_event_bytes`` once encoded.
+
+        Raises:
+            InvalidEvent: ``field="native"``, ``index`` the offending position.
+        """
+        if native is None:
+            return None
+        if isinstance(native, (str, bytes, dict)) or not isinstance(native, Iterable):
+            raise InvalidEvent(
+                "native must be a list with one entry per action (None for none)", field="native"
+            )
+        items = list(native)
+        if len(items) != n:
+            raise InvalidEvent(
+                f"native has {len(items)} entries for {n} actions; give one per action",
+                field="native",
+            )
+        out: list[bytes | None] = []
+        for i, item in enumerate(items):
+            out.append(self.native(item, index=i))
+        return tuple(out) if any(b is not None for b in out) else None
+
+    def native(self, value: Any, *, index: int | None = None) -> bytes | None:
+        """The stored bytes of one event's provider-native data (see :meth:`natives`).
+
+        Raises:
+            InvalidEvent: ``field="native"``.
+        """
+        try:
+            if not isinstance(value, (str, bytes, bytearray, memoryview)):
+                check_json(value, "native")  # orjson would turn NaN into null
+            data = encode_native(value)
+        except InvalidEvent as exc:
+            raise InvalidEvent(exc.reason, field="native", index=index) from None
+        if data is not None:
+            self.size(data, "native data", field="native", index=index)
+        return data
 
     @staticmethod
     def version(value: Any, what: str = "version") -> int | None:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 __all__ = ["migrations_dir", "alembic_config", "upgrade", "HEAD_REVISION"]
 
 #: The newest revision this package knows.
-HEAD_REVISION = "0006_notify_after_commit"
+HEAD_REVISION = "0009_event_provider_data"
 
 
 def migrations_dir() -> Path:

@@ -92,6 +92,7 @@ _EVENT_COLS = (
     events.c.actor,
     events.c.metadata,
     events.c.hash,
+    events.c.native,
 )
 _EVENT_KEYS = tuple(c.name for c in _EVENT_COLS)  # EventRow's field order
 _SESSION_COLS = tuple(sessions.c)
@@ -389,6 +390,7 @@ def _event(r: Any) -> EventRow:
         actor=r[7],
         metadata=None if r[8] is None else bytes(r[8]),
         hash=bytes(r[9]),
+        native=None if r[10] is None else bytes(r[10]),
     )
 
 
@@ -857,6 +859,7 @@ class SqlStorage(Storage):
                             r.actor,
                             r.metadata,
                             r.hash,
+                            r.native,
                         )
                         for r in rows
                     ],
@@ -879,6 +882,7 @@ class SqlStorage(Storage):
                     "actor": r.actor,
                     "metadata": r.metadata,
                     "hash": r.hash,
+                    "native": r.native,
                 }
                 for r in rows
             ],
