@@ -347,7 +347,7 @@ def recorded_from_feed(r: FeedRow) -> RecordedEvent:
     # the cost of a dozen named-field lookups. Bytes and memoryviews both have .hex().
     (
         session_pk, version, event_id, type_, turn, payload, recorded_at, actor, metadata, hash_,
-        native, xact, session_id,
+        xact, session_id, native,
     ) = r
     return RecordedEvent(
         session_id=session_id,

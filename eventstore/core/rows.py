@@ -260,8 +260,8 @@ class Erasure:
 
 
 class FeedRow(NamedTuple):
-    """One event as the feed reads it: the columns of its row (as :class:`EventRow`),
-    its feed number and its session's id. A tuple, built straight from the driver's row:
+    """One event as the feed reads it: the columns of its row (as :class:`EventRow`,
+    its native data last), its feed number and its session's id. A tuple, built straight from the driver's row:
     the feed reads events by the thousand.
 
     The feed's order is ``(xact, session_pk, version)``.
@@ -277,9 +277,9 @@ class FeedRow(NamedTuple):
     actor: str | None
     metadata: bytes | None
     hash: bytes
-    native: bytes | None
     xact: int
     session_id: str
+    native: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -158,7 +158,9 @@ def insert_events_stmt(xact: Any) -> Any:
 
 # The feed: events after a key (xact, session_pk, version), in that order.
 _FEED_KEY = tuple_(events.c.xact, events.c.session_pk, events.c.version)
-_FEED_COLS = (*_EVENT_COLS, events.c.xact, sessions.c.id)
+# FeedRow's order: the event's columns, its feed number and session id, then its native
+# data (last, so that rows without it keep their shape).
+_FEED_COLS = (*_EVENT_COLS[:-1], events.c.xact, sessions.c.id, events.c.native)
 
 
 def read_feed_stmt() -> Any:
@@ -194,7 +196,7 @@ def read_band_stmt(barrier: Any) -> Any:
     b = select(x.c.below, top.label("top"), waiting.label("pending")).cte("b").prefix_with("MATERIALIZED")
     e = events.c
     return (
-        select(*_EVENT_COLS, e.xact, b.c.below, b.c.pending)
+        select(*_EVENT_COLS[:-1], e.xact, e.native, b.c.below, b.c.pending)
         .select_from(
             b.outerjoin(
                 events,
@@ -962,12 +964,12 @@ class SqlStorage(Storage):
             return Band(below, [], pending)
         make, name = FeedRow._make, self.session_keys.session_id
         try:
-            return Band(below, [make((*r[:-2], name(r[0]))) for r in rows], pending)
+            return Band(below, [make((*r[:-3], name(r[0]), r[-3])) for r in rows], pending)
         except KeyError:
             found = dict(session_ids(list({r[0] for r in rows})))
             for pk, session_id in found.items():
                 self.session_keys.learn(session_id, pk)
-            return Band(below, [make((*r[:-2], found[r[0]])) for r in rows], pending)
+            return Band(below, [make((*r[:-3], found[r[0]], r[-3])) for r in rows], pending)
 
     def _before_band(self, tx: Tx) -> None:
         """Settings a band's statement needs in its transaction (none by default)."""
