@@ -78,31 +78,42 @@ def _new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:16]}"
 
 
-def item_actions(items: Iterable[Mapping[str, Any]]) -> tuple[list[Action], list[bytes | None]]:
+def item_actions(
+    items: Iterable[Mapping[str, Any]], open_message: str | None = None
+) -> tuple[list[Action], list[bytes | None]]:
     """The actions one ``add_items`` call appends, and each action's native data.
 
     Each item gets at least one action; the first carries the item's exact JSON as its
     native data, and the others (a ``message-start`` the item needed, the ``finish`` that
-    ends the batch's reply) carry none. An item with no place in the fold (a system
-    message, a hosted tool call, ...) is a ``step-finish`` part, which changes nothing.
+    ends the reply) carry none. An item with no place in the fold (a system message, a
+    hosted tool call, ...) is a ``step-finish`` part, which changes nothing.
+
+    Args:
+        items: the SDK's items, as given to ``add_items``.
+        open_message: the id of the assistant message the session's reply is still
+            streaming into (the SDK adds a run's items step by step), or ``None``.
+
+    A reply ends (``finish``: the session is idle) with a batch whose last item is an
+    assistant message: the run's final output.
 
     Raises:
         InvalidEvent: an item is not a JSON object.
     """
     actions: list[Action] = []
     natives: list[bytes | None] = []
-    message: str | None = None  # the assistant message this batch's parts go to
+    message = open_message  # the assistant message this batch's parts go to
 
     def add(action: Action, native: bytes | None) -> None:
         actions.append(action)
         natives.append(native)
 
-    def assistant(native: bytes | None, item_id: Any) -> tuple[str, bytes | None]:
+    def assistant(native: bytes | None) -> tuple[str, bytes | None]:
         # Opens the reply's message when none is open; the item's native data goes on
-        # the first action it produces, whichever that is.
+        # the first action it produces, whichever that is. The ids are the store's own:
+        # a provider's item ids repeat (and live on in the native data anyway).
         nonlocal message
         if message is None:
-            message = item_id if isinstance(item_id, str) and item_id else _new_id("a")
+            message = _new_id("a")
             add({"type": "part", "part": {"type": "message-start", "messageId": message}}, native)
             return message, None
         return message, native
@@ -117,23 +128,21 @@ def item_actions(items: Iterable[Mapping[str, Any]]) -> tuple[list[Action], list
         kind = item.get("type", "message" if "role" in item else None)
         role = item.get("role")
         if kind == "message" and role == "user":
-            sid = item.get("id")
-            send_id = sid if isinstance(sid, str) and sid else _new_id("u")
-            add({"type": "send", "id": send_id, "text": _text_of(item.get("content"), ("input_text", "output_text", "text"))}, native)
+            add({"type": "send", "id": _new_id("u"), "text": _text_of(item.get("content"), ("input_text", "output_text", "text"))}, native)
             message = None  # a later reply starts a message of its own
         elif kind == "message" and role == "assistant":
-            mid, native = assistant(native, item.get("id"))
+            mid, native = assistant(native)
             text = _text_of(item.get("content"), ("output_text", "refusal", "input_text", "text"))
             add({"type": "part", "part": {"type": "text-delta", "messageId": mid, "text": text}}, native)
         elif kind == "reasoning":
-            mid, native = assistant(native, None)
+            mid, native = assistant(native)
             summary = item.get("summary")
             text = _text_of(summary, ("summary_text",)) if isinstance(summary, list) else ""
             if not text:
                 text = _text_of(item.get("content"), ("reasoning_text",))
             add({"type": "part", "part": {"type": "reasoning", "messageId": mid, "text": text}}, native)
         elif kind == "function_call" and isinstance(item.get("call_id"), str):
-            mid, native = assistant(native, None)
+            mid, native = assistant(native)
             add(
                 {
                     "type": "part",
@@ -152,8 +161,8 @@ def item_actions(items: Iterable[Mapping[str, Any]]) -> tuple[list[Action], list
             add({"type": "part", "part": {"type": "tool-result", "id": item["call_id"], "output": output}}, native)
         else:
             add({"type": "part", "part": {"type": "step-finish"}}, native)
-    if message is not None:
-        # The reply this batch recorded is over: the session is idle again.
+    if message is not None and kind == "message" and role == "assistant":
+        # The reply ends with its text: the session is idle again.
         add({"type": "part", "part": {"type": "finish"}}, None)
     return actions, natives
 
@@ -280,8 +289,8 @@ class EventStoreSession:
         self._check_open()
         if not items:
             return
-        actions, natives = item_actions(items)
         await self._ready()
+        actions, natives = item_actions(items, await self._open_message(items[0]))
         await _settled(
             self._store.call(
                 "append", self.session_id, actions, native=natives, actor=self.actor, metadata=SOURCE
@@ -315,7 +324,7 @@ class EventStoreSession:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise RuntimeError("EventStoreSession is closed")
+            raise RuntimeError(f"{type(self).__name__} is closed")
 
     async def _ready(self) -> None:
         if self._migrated.is_set():
@@ -329,6 +338,23 @@ class EventStoreSession:
                     self._migrated.set()
 
         await asyncio.to_thread(migrate)
+
+    async def _open_message(self, first: Any) -> str | None:
+        """The assistant message a batch that does not start with a user message goes on
+        with: the session's last message, while its reply is streaming."""
+        from eventstore.errors import SessionNotFound
+
+        if isinstance(first, Mapping) and first.get("role") == "user":
+            return None
+        try:
+            state = await self._store.call("load", self.session_id)
+        except SessionNotFound:
+            return None
+        doc = state.to_json()
+        messages = doc.get("messages") or []
+        if doc.get("status") != "streaming" or not messages or messages[-1].get("role") != "assistant":
+            return None
+        return str(messages[-1]["id"])
 
     async def _item_events(self) -> tuple[int, list[Any]]:
         """The head the history was read at, and the session's events that hold an item,
