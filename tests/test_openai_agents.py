@@ -278,6 +278,21 @@ def test_the_session_works_from_run_sync_on_another_loop(db_url: str) -> None:
         assert store.load("s").status == "idle"
 
 
+def test_the_docs_program_runs_as_written(tmp_path: Path) -> None:
+    text = (ROOT / "docs" / "openai-agents.md").read_text()
+    program = text.split("A complete program", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    run = subprocess.run(
+        [sys.executable, "-c", program],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["Two", "mugs", "added.", "idle"]
+
+
 def test_importing_eventstore_does_not_import_the_sdk() -> None:
     code = "import sys, eventstore; eventstore.EventStore; assert 'agents' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
