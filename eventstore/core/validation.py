@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +38,22 @@ class Limits:
 
     max_event_bytes: int = 1 << 20
     max_id_length: int = 256
+
+
+def _per_action(value: Any, n: int, field: str, kind: str, noun: str) -> tuple[Any, ...]:
+    """``value`` as a tuple of one entry per action.
+
+    Raises:
+        InvalidEvent: it is a string, a mapping or not iterable, or its length is not ``n``.
+    """
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        raise InvalidEvent(f"{field} must be {kind}, one entry per action", field=field)
+    items = tuple(value)
+    if len(items) != n:
+        raise InvalidEvent(
+            f"{field} has {len(items)} {noun} for {n} actions; give one per action", field=field
+        )
+    return items
 
 
 class Validator:
@@ -93,16 +109,7 @@ class Validator:
         """
         if event_ids is None:
             return None
-        if isinstance(event_ids, (str, bytes)) or not isinstance(event_ids, Iterable):
-            raise InvalidEvent(
-                "event_ids must be a list of strings, one per action", field="event_ids"
-            )
-        ids = tuple(event_ids)
-        if len(ids) != n:
-            raise InvalidEvent(
-                f"event_ids has {len(ids)} ids for {n} actions; give one per action",
-                field="event_ids",
-            )
+        ids = _per_action(event_ids, n, "event_ids", "a list of strings", "ids")
         for i, event_id in enumerate(ids):
             try:
                 self.id(event_id, "event_ids")
@@ -124,20 +131,9 @@ class Validator:
         """
         if native is None:
             return None
-        if isinstance(native, (str, bytes, dict)) or not isinstance(native, Iterable):
-            raise InvalidEvent(
-                "native must be a list with one entry per action (None for none)", field="native"
-            )
-        items = list(native)
-        if len(items) != n:
-            raise InvalidEvent(
-                f"native has {len(items)} entries for {n} actions; give one per action",
-                field="native",
-            )
-        out: list[bytes | None] = []
-        for i, item in enumerate(items):
-            out.append(self.native(item, index=i))
-        return tuple(out) if any(b is not None for b in out) else None
+        items = _per_action(native, n, "native", "a list (None for an action without)", "entries")
+        out = tuple(self.native(item, index=i) for i, item in enumerate(items))
+        return out if any(b is not None for b in out) else None
 
     def native(self, value: Any, *, index: int | None = None) -> bytes | None:
         """The stored bytes of one event's provider-native data (see :meth:`natives`).
