@@ -37,7 +37,7 @@ from typing import Any
 
 import orjson
 
-from eventstore.errors import InvalidEvent
+from eventstore import AsyncEventStore, EventStore, InvalidEvent, SessionNotFound
 
 __all__ = ["EventStoreSession", "SOURCE", "item_actions"]
 
@@ -235,9 +235,6 @@ class EventStoreSession:
     ) -> None:
         from agents.memory.session_settings import SessionSettings, coerce_session_settings
 
-        from eventstore.async_store import AsyncEventStore
-        from eventstore.store import EventStore
-
         self.session_id = session_id
         self.session_settings = (
             coerce_session_settings(session_settings) if session_settings is not None else SessionSettings()
@@ -342,8 +339,6 @@ class EventStoreSession:
     async def _open_message(self, first: Any) -> str | None:
         """The assistant message a batch that does not start with a user message goes on
         with: the session's last message, while its reply is streaming."""
-        from eventstore.errors import SessionNotFound
-
         if isinstance(first, Mapping) and first.get("role") == "user":
             return None
         try:
@@ -359,8 +354,6 @@ class EventStoreSession:
     async def _item_events(self) -> tuple[int, list[Any]]:
         """The head the history was read at, and the session's events that hold an item,
         oldest first (``(0, [])`` for a new session)."""
-        from eventstore.errors import SessionNotFound
-
         self._check_open()
         await self._ready()
         try:
@@ -382,8 +375,6 @@ class EventStoreSession:
         return orjson.loads(last.native_bytes)
 
     async def _clear(self) -> None:
-        from eventstore.errors import SessionNotFound
-
         await self._ready()
         try:
             head = await self._store.call("head", self.session_id)
