@@ -296,3 +296,28 @@ def test_the_docs_program_runs_as_written(tmp_path: Path) -> None:
 def test_importing_eventstore_does_not_import_the_sdk() -> None:
     code = "import sys, eventstore; eventstore.EventStore; assert 'agents' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+@pytest.mark.skipif(not HAS_REWIND, reason="needs EventStore.rewind (pop_item and clear_session are rewinds)")
+def test_pop_and_clear_are_rewinds_that_keep_the_removed_items(db_url: str) -> None:
+    async def main() -> None:
+        with EventStore(db_url) as store:
+            store.migrate()
+            session = EventStoreSession("s", store)
+            items = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+            await session.add_items(items)
+            await session.add_items([{"role": "user", "content": "again"}])
+            head = store.head("s")
+            assert await session.pop_item() == {"role": "user", "content": "again"}
+            assert await session.get_items() == items
+            assert store.head("s") == head - 1
+            # The popped item's event is still readable, byte for byte, in the kept line.
+            [kept] = store.lines("s")
+            assert [e.native for e in store.history(kept.id)][-1] == {"role": "user", "content": "again"}
+            await session.clear_session()
+            assert await session.get_items() == [] and store.head("s") == 0
+            assert await session.pop_item() is None
+            assert len(store.lines("s")) == 2
+            assert store.verify().ok
+
+    asyncio.run(main())
