@@ -137,6 +137,7 @@ class AsyncEventStore(StoreBase):
         event_ids: Sequence[str] | None = None,
         actor: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        native: Sequence[Any] | None = None,
     ) -> AppendResult:
         """Twin of :meth:`EventStore.append <eventstore.EventStore.append>`: append a batch
         of actions atomically; ``ConcurrencyError`` when the head is not ``expected_version``.
@@ -150,6 +151,7 @@ class AsyncEventStore(StoreBase):
             event_ids=event_ids,
             actor=actor,
             metadata=metadata,
+            native=native,
         )
         return await self._appends.append(req)
 

@@ -143,6 +143,7 @@ class EventStore(StoreBase):
         event_ids: Sequence[str] | None = None,
         actor: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        native: Sequence[Any] | None = None,
     ) -> AppendResult:
         """Append a batch of actions to a session, atomically.
 
@@ -161,13 +162,20 @@ class EventStore(StoreBase):
                 again returns the original result and writes nothing.
             actor: who is appending (recorded on every event of the batch).
             metadata: a JSON object recorded on every event of the batch.
+            native: provider-native data the reducer ignores (an item's exact JSON, token
+                usage, a file reference): one entry per action, ``None`` for none. An
+                entry is ``bytes`` or ``str`` of JSON text, stored byte for byte, or any
+                JSON value, stored as canonical JSON; each within ``max_event_bytes``.
+                It is covered by the hash chain and read back as
+                :attr:`RecordedEvent.native` / :attr:`RecordedEvent.native_bytes`.
 
         Returns:
             The :class:`AppendResult`; ``version`` is the new head.
 
         Raises:
             InvalidEvent: an action is malformed, too large, the batch is empty, an id is
-                bad, or ``metadata`` is not a JSON object. Nothing was written.
+                bad, ``metadata`` is not a JSON object, or ``native`` is not one valid
+                JSON entry per action. Nothing was written.
             EventIdConflict: an event id is already recorded with other content.
             ConcurrencyError: the head is not ``expected_version``; nothing was written.
             SchemaError: the database is not migrated.
@@ -180,6 +188,7 @@ class EventStore(StoreBase):
             event_ids=event_ids,
             actor=actor,
             metadata=metadata,
+            native=native,
         )
 
     def turn(

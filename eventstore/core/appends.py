@@ -177,8 +177,11 @@ def event_rows(
     actor: str | None,
     meta: bytes | None,
     now: int,
+    natives: Sequence[bytes | None] | None = None,
 ) -> tuple[list[EventRow], bytes, int]:
     """The batch's event rows after ``row``'s head: versions, turns, chained hashes.
+
+    ``natives``: each action's provider-native bytes (``None`` for none), or ``None``.
 
     Returns:
         ``(rows, the new head hash, the new head turn)``.
@@ -190,6 +193,7 @@ def event_rows(
         if type_ == "send":
             turn += 1
         event_id = None if ids is None else ids[i]
+        native = None if natives is None else natives[i]
         prev = chain_hash(
             prev,
             session_id=session,
@@ -201,8 +205,11 @@ def event_rows(
             recorded_at=now,
             actor=actor,
             metadata=meta,
+            native=native,
         )
-        rows.append(EventRow(row.pk, version, event_id, type_, turn, payload, now, actor, meta, prev))
+        rows.append(
+            EventRow(row.pk, version, event_id, type_, turn, payload, now, actor, meta, prev, native)
+        )
     return rows, prev, turn
 
 
@@ -231,17 +238,23 @@ def replayed(
     encoded: Sequence[tuple[str, bytes]],
     actor: str | None,
     meta: bytes | None,
+    natives: Sequence[bytes | None] | None = None,
 ) -> AppendResult:
     """The result of a retried batch whose ids are already recorded (``prior``).
+
+    The retry must carry the same content, provider-native data included.
 
     Raises:
         EventIdConflict: an id is recorded with other content.
         InvalidEvent: only some of the ids are recorded, or not as one batch.
     """
     by_id = {e.event_id: e for e in prior}
-    for event_id, (_, payload) in zip(ids, encoded):
+    for i, (event_id, (_, payload)) in enumerate(zip(ids, encoded)):
         e = by_id.get(event_id)
-        if e is not None and (e.payload != payload or e.actor != actor or e.metadata != meta):
+        native = None if natives is None else natives[i]
+        if e is not None and (
+            e.payload != payload or e.actor != actor or e.metadata != meta or e.native != native
+        ):
             raise EventIdConflict(session, event_id, e.version)
     versions = [e.version for e in prior]
     if [e.event_id for e in prior] != list(ids) or versions != list(
@@ -324,6 +337,7 @@ def recorded(e: EventRow, session_id: str, position: str | None = None) -> Recor
         metadata=decode_metadata(e.metadata),
         hash=e.hash.hex(),
         position=position,
+        native_bytes=e.native,
     )
 
 
@@ -331,7 +345,10 @@ def recorded_from_feed(r: FeedRow) -> RecordedEvent:
     """The public record of an event read from the feed, with its feed position."""
     # Unpacked once (the feed makes these by the thousand): a tuple unpack is a fraction of
     # the cost of a dozen named-field lookups. Bytes and memoryviews both have .hex().
-    session_pk, version, event_id, type_, turn, payload, recorded_at, actor, metadata, hash_, xact, session_id = r
+    (
+        session_pk, version, event_id, type_, turn, payload, recorded_at, actor, metadata, hash_,
+        xact, session_id, native,
+    ) = r
     return RecordedEvent(
         session_id=session_id,
         version=version,
@@ -344,4 +361,5 @@ def recorded_from_feed(r: FeedRow) -> RecordedEvent:
         metadata=decode_metadata(metadata),
         hash=hash_.hex(),
         position=feed_position(xact, session_pk, version),
+        native_bytes=None if native is None else bytes(native),
     )

@@ -32,6 +32,8 @@ __all__ = [
     "decode_metadata",
     "chain_hash",
     "recorded_hash",
+    "encode_native",
+    "decode_native",
     "SnapshotCodec",
     "decode_many",
 ]
@@ -98,6 +100,33 @@ def decode_metadata(data: bytes | None) -> dict[str, Any] | None:
     return obj
 
 
+def encode_native(value: Any) -> bytes | None:
+    """The stored bytes of an event's provider-native data (``None`` stays ``None``).
+
+    ``bytes`` and ``str`` are JSON text, kept exactly as given (a provider's item can be
+    stored byte for byte); any other value is encoded as canonical JSON.
+
+    Raises:
+        InvalidEvent: the text is not valid UTF-8 JSON, or the value is not representable
+            as JSON.
+    """
+    if value is None:
+        return None
+    if isinstance(value, (bytes, bytearray, memoryview, str)):
+        try:
+            data = value.encode() if isinstance(value, str) else bytes(value)
+            orjson.loads(data)
+        except (UnicodeEncodeError, orjson.JSONDecodeError) as exc:
+            raise InvalidEvent(f"native data is not valid JSON text: {exc}", field="native") from None
+        return data
+    return canonical(value)
+
+
+def decode_native(data: bytes | None) -> Any:
+    """The JSON value stored as native data in ``data`` (``None`` stays ``None``)."""
+    return None if data is None else orjson.loads(data)
+
+
 def chain_hash(
     prev: bytes,
     *,
@@ -110,12 +139,15 @@ def chain_hash(
     recorded_at: int,
     actor: str | None,
     metadata: bytes | None,
+    native: bytes | None = None,
 ) -> bytes:
     """SHA-256 of the previous hash and the event's canonical envelope.
 
     The envelope is length-prefixed so that no two different envelopes share bytes:
     a JSON header ``[format, session, version, event_id, type, turn, recorded_at, actor]``,
-    then the payload bytes, then the metadata bytes (or a marker for none).
+    then the payload bytes, then the metadata bytes (or a marker for none), then — only
+    for an event that carries provider-native data — the native bytes. An event without
+    native data hashes exactly as before native data existed, so older chains verify.
 
     Args:
         prev: the previous event's hash (32 zero bytes before a root's first event;
@@ -129,6 +161,7 @@ def chain_hash(
         recorded_at: microseconds since the epoch, UTC.
         actor: who recorded it, or ``None``.
         metadata: canonical bytes of the metadata object, or ``None``.
+        native: the provider-native bytes, or ``None``.
 
     Returns:
         The 32-byte digest.
@@ -147,6 +180,9 @@ def chain_hash(
                 len(payload).to_bytes(4, "big"),
                 payload,
                 _NONE if metadata is None else len(metadata).to_bytes(4, "big") + metadata,
+                # Self-delimiting like the parts before it, and absent rather than marked
+                # when there is none (the hash of every older event stays as it was).
+                b"" if native is None else len(native).to_bytes(4, "big") + native,
             )
         )
     ).digest()
@@ -171,6 +207,8 @@ class HashedFields(Protocol):
     def actor(self) -> str | None: ...
     @property
     def metadata(self) -> bytes | None: ...
+    @property
+    def native(self) -> bytes | None: ...
 
 
 def recorded_hash(prev: bytes, session_id: str, event: HashedFields) -> bytes:
@@ -192,6 +230,7 @@ def recorded_hash(prev: bytes, session_id: str, event: HashedFields) -> bytes:
         recorded_at=event.recorded_at,
         actor=event.actor,
         metadata=event.metadata,
+        native=event.native,
     )
 
 

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import orjson
+
 from eventstore.core.text import iso
 
 __all__ = [
@@ -89,6 +91,8 @@ class RecordedEvent:
         hash: hex SHA-256 chaining it to the previous event.
         position: where the event sits in the global feed (an opaque string to pass
             back as ``feed(after=...)``); ``None`` outside :meth:`EventStore.feed`.
+        native_bytes: the provider-native data recorded with it (JSON text, exactly the
+            bytes given to ``append``), or ``None``; the reducer never reads it.
     """
 
     session_id: str
@@ -102,10 +106,18 @@ class RecordedEvent:
     metadata: dict[str, Any] | None
     hash: str
     position: str | None = None
+    native_bytes: bytes | None = None
+
+    @property
+    def native(self) -> Any:
+        """The provider-native data as a JSON value (parsed from :attr:`native_bytes`),
+        or ``None`` when the event carries none."""
+        return None if self.native_bytes is None else orjson.loads(self.native_bytes)
 
     def to_json(self) -> dict[str, Any]:
         """The CLI's ``--json`` shape (``recorded_at`` as ISO 8601 UTC with ``Z``;
-        ``position`` only for an event read from the feed)."""
+        ``position`` only for an event read from the feed; ``native`` only for an event
+        that carries provider-native data)."""
         doc: dict[str, Any] = {
             "session": self.session_id,
             "version": self.version,
@@ -120,6 +132,8 @@ class RecordedEvent:
         }
         if self.position is not None:
             doc["position"] = self.position
+        if self.native_bytes is not None:
+            doc["native"] = self.native
         return doc
 
 
@@ -207,7 +221,8 @@ class Problem:
         session: the session checked (for an inherited event, the branch that reads it).
         version: the version where the problem is.
         kind: what is wrong, one of ``"missing-events"``, ``"hash-mismatch"``,
-            ``"bad-payload"``, ``"snapshot-mismatch"``, ``"head-hash"``,
+            ``"bad-payload"``, ``"bad-native"`` (provider-native data that is not valid
+            JSON), ``"snapshot-mismatch"``, ``"head-hash"``,
             ``"beyond-head"``, ``"turn-mismatch"``, ``"head-turn"``, ``"below-baseline"``
             (an event row below the baseline that no compaction recorded),
             ``"baseline-mismatch"`` (the baseline snapshot or the session's baseline hash

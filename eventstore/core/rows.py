@@ -110,6 +110,8 @@ class EventRow:
         actor: who recorded it, or ``None``.
         metadata: canonical JSON bytes of a JSON object, or ``None``.
         hash: SHA-256 of the previous hash and this event's canonical envelope.
+        native: the provider-native data stored with it (JSON text, byte-exact; the
+            reducer never reads it), or ``None``.
     """
 
     session_pk: int
@@ -122,6 +124,7 @@ class EventRow:
     actor: str | None
     metadata: bytes | None
     hash: bytes
+    native: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,8 +298,8 @@ class Erasure:
 
 
 class FeedRow(NamedTuple):
-    """One event as the feed reads it: the columns of its row (as :class:`EventRow`),
-    its feed number and its session's id. A tuple, built straight from the driver's row:
+    """One event as the feed reads it: the columns of its row (as :class:`EventRow`,
+    its native data last), its feed number and its session's id. A tuple, built straight from the driver's row:
     the feed reads events by the thousand.
 
     The feed's order is ``(xact, session_pk, version)``.
@@ -314,6 +317,7 @@ class FeedRow(NamedTuple):
     hash: bytes
     xact: int
     session_id: str
+    native: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -183,6 +183,7 @@ class Pending:
     type: str
     payload: bytes
     urgent: bool
+    native: bytes | None = None
 
 
 class TurnState:
@@ -268,9 +269,17 @@ class TurnState:
         """The sequence number of the last event written."""
         return self.seq - 1
 
-    def add(self, action: dict[str, Any], type_: str, payload: bytes, now: float) -> Pending:
-        """Buffer a validated, encoded action; its :class:`Pending` entry."""
-        p = Pending(self.seq, action, type_, payload, is_urgent(action))
+    def add(
+        self,
+        action: dict[str, Any],
+        type_: str,
+        payload: bytes,
+        now: float,
+        native: bytes | None = None,
+    ) -> Pending:
+        """Buffer a validated, encoded action (with its provider-native bytes, if any);
+        its :class:`Pending` entry."""
+        p = Pending(self.seq, action, type_, payload, is_urgent(action), native)
         self.seq += 1
         if not self.pending:
             self.since = now

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from eventstore.core.codec import encode_native
 from eventstore.core.feed_rules import FeedKey, parse_position
+from eventstore.core.models import check_json
 from eventstore.errors import InvalidEvent
 
 __all__ = ["MAX_VERSION", "Limits", "Validator"]
@@ -36,6 +38,22 @@ class Limits:
 
     max_event_bytes: int = 1 << 20
     max_id_length: int = 256
+
+
+def _per_action(value: Any, n: int, field: str, kind: str, noun: str) -> tuple[Any, ...]:
+    """``value`` as a tuple of one entry per action.
+
+    Raises:
+        InvalidEvent: it is a string, a mapping or not iterable, or its length is not ``n``.
+    """
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        raise InvalidEvent(f"{field} must be {kind}, one entry per action", field=field)
+    items = tuple(value)
+    if len(items) != n:
+        raise InvalidEvent(
+            f"{field} has {len(items)} {noun} for {n} actions; give one per action", field=field
+        )
+    return items
 
 
 class Validator:
@@ -91,16 +109,7 @@ class Validator:
         """
         if event_ids is None:
             return None
-        if isinstance(event_ids, (str, bytes)) or not isinstance(event_ids, Iterable):
-            raise InvalidEvent(
-                "event_ids must be a list of strings, one per action", field="event_ids"
-            )
-        ids = tuple(event_ids)
-        if len(ids) != n:
-            raise InvalidEvent(
-                f"event_ids has {len(ids)} ids for {n} actions; give one per action",
-                field="event_ids",
-            )
+        ids = _per_action(event_ids, n, "event_ids", "a list of strings", "ids")
         for i, event_id in enumerate(ids):
             try:
                 self.id(event_id, "event_ids")
@@ -109,6 +118,38 @@ class Validator:
         if len(set(ids)) != len(ids):
             raise InvalidEvent("event_ids repeats an id within the batch", field="event_ids")
         return ids
+
+    def natives(self, native: Any, n: int) -> tuple[bytes | None, ...] | None:
+        """The stored bytes of an append's provider-native data: one entry per action
+        (``None`` for none), or ``None`` when no action carries any.
+
+        An entry is ``bytes`` or ``str`` of JSON text (kept byte for byte) or any JSON
+        value (stored as canonical JSON), within ``max_event_bytes`` once encoded.
+
+        Raises:
+            InvalidEvent: ``field="native"``, ``index`` the offending position.
+        """
+        if native is None:
+            return None
+        items = _per_action(native, n, "native", "a list (None for an action without)", "entries")
+        out = tuple(self.native(item, index=i) for i, item in enumerate(items))
+        return out if any(b is not None for b in out) else None
+
+    def native(self, value: Any, *, index: int | None = None) -> bytes | None:
+        """The stored bytes of one event's provider-native data (see :meth:`natives`).
+
+        Raises:
+            InvalidEvent: ``field="native"``.
+        """
+        try:
+            if not isinstance(value, (str, bytes, bytearray, memoryview)):
+                check_json(value, "native")  # orjson would turn NaN into null
+            data = encode_native(value)
+        except InvalidEvent as exc:
+            raise InvalidEvent(exc.reason, field="native", index=index) from None
+        if data is not None:
+            self.size(data, "native data", field="native", index=index)
+        return data
 
     @staticmethod
     def version(value: Any, what: str = "version") -> int | None:

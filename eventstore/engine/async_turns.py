@@ -95,18 +95,19 @@ class AsyncTurnWriter:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def add(
-        self, state: TurnState, action: dict[str, Any], *, release: bool = False
+        self, state: TurnState, action: dict[str, Any], *, release: bool = False, native: Any = None
     ) -> Pending:
         """Twin of :meth:`eventstore.engine.turns.TurnWriter.add`."""
         encoded = encode_action(action)
         self.engine.validate.size(encoded[1], "the part")
+        native_bytes = self.engine.validate.native(native)
         cond = self._condition()
         async with cond:
             while not state.over and state.buffered >= MAX_PENDING:
                 await cond.wait()
             self._raise_if_over(state)
             first = not state.pending
-            p = state.add(action, encoded[0], encoded[1], time.monotonic())
+            p = state.add(action, encoded[0], encoded[1], time.monotonic(), native_bytes)
             state.release = state.release or release
             if p.urgent or release or first:
                 cond.notify_all()
@@ -236,9 +237,10 @@ class AsyncStreamingTurn(TurnView):
     ) -> None:
         await self._writer.finish(self._open(), interrupted=exc_type is not None)
 
-    async def write(self, part: Mapping[str, Any] | Any) -> None:
-        """Twin of :meth:`eventstore.StreamingTurn.write`."""
-        await self._writer.add(self._open(), turn_action(part))
+    async def write(self, part: Mapping[str, Any] | Any, native: Any = None) -> None:
+        """Twin of :meth:`eventstore.StreamingTurn.write` (``native``: the event's
+        provider-native data)."""
+        await self._writer.add(self._open(), turn_action(part), native=native)
 
     async def flush(self) -> int:
         """Twin of :meth:`eventstore.StreamingTurn.flush`."""

@@ -140,6 +140,7 @@ class AppendRequest:
         ids: the caller's event ids, or ``None``.
         actor: who appends, or ``None``.
         meta: the encoded metadata, or ``None``.
+        natives: each action's provider-native bytes (``None`` for none), or ``None``.
     """
 
     session: str
@@ -149,6 +150,7 @@ class AppendRequest:
     ids: tuple[str, ...] | None
     actor: str | None
     meta: bytes | None
+    natives: tuple[bytes | None, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -382,6 +384,7 @@ class Engine:
         event_ids: Any = None,
         actor: Any = None,
         metadata: Any = None,
+        native: Any = None,
     ) -> AppendRequest:
         """Validate and encode the arguments of an append (no I/O).
 
@@ -407,7 +410,10 @@ class Engine:
         meta = encode_metadata(metadata)
         if meta is not None:
             v.size(meta, "metadata", field="metadata")
-        return AppendRequest(session, action_dicts, encoded, expected_version, ids, actor, meta)
+        natives = v.natives(native, len(models))
+        return AppendRequest(
+            session, action_dicts, encoded, expected_version, ids, actor, meta, natives
+        )
 
     def append(
         self,
@@ -418,6 +424,7 @@ class Engine:
         event_ids: Any = None,
         actor: Any = None,
         metadata: Any = None,
+        native: Any = None,
     ) -> AppendResult:
         """Validate and append a batch (see :meth:`eventstore.EventStore.append`)."""
         return self.append_request(
@@ -428,6 +435,7 @@ class Engine:
                 event_ids=event_ids,
                 actor=actor,
                 metadata=metadata,
+                native=native,
             )
         )
 
@@ -452,7 +460,9 @@ class Engine:
         known = self.planner.take_head(req.session)
         if known is None or (req.expected is not None and req.expected != known.head):
             return None  # the caller expects another head: let the locked path decide
-        rows, prev, turn = event_rows(known, req.session, req.encoded, req.ids, req.actor, req.meta, now)
+        rows, prev, turn = event_rows(
+            known, req.session, req.encoded, req.ids, req.actor, req.meta, now, req.natives
+        )
         plan = self.planner.plan(known, req.action_dicts, rows[-1].version)
         if plan is None:
             return None
@@ -489,12 +499,14 @@ class Engine:
             if ids is not None:
                 prior = st.events_by_id(tx, row.pk, ids)
                 if prior:
-                    return replayed(session, prior, ids, req.encoded, req.actor, req.meta)
+                    return replayed(
+                        session, prior, ids, req.encoded, req.actor, req.meta, req.natives
+                    )
             self.check_open(tx, row)
             if req.expected is not None and row.head != req.expected:
                 raise ConcurrencyError(session, req.expected, row.head)
             rows, prev, turn, plan = self.write_locked(
-                tx, row, req.action_dicts, req.encoded, ids, req.actor, req.meta, now
+                tx, row, req.action_dicts, req.encoded, ids, req.actor, req.meta, now, req.natives
             )
         return self.appended(PlannedAppend(req, row, rows, prev, turn, plan, now))
 
@@ -537,6 +549,7 @@ class Engine:
         actor: str | None,
         meta: bytes | None,
         now: int,
+        natives: Sequence[bytes | None] | None = None,
     ) -> tuple[list[EventRow], bytes, int, AppendPlan]:
         """Write a batch after the head of a locked row: events, head, due snapshots.
 
@@ -546,7 +559,7 @@ class Engine:
         """
         st = self.storage
         planner = self.planner
-        rows, prev, turn = event_rows(row, row.id, encoded, ids, actor, meta, now)
+        rows, prev, turn = event_rows(row, row.id, encoded, ids, actor, meta, now, natives)
         head = rows[-1].version
         st.insert_events(tx, rows)
         st.set_head(tx, row.pk, head, prev, turn)

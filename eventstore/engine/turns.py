@@ -193,9 +193,16 @@ class TurnWriter:
 
     # -- writing ------------------------------------------------------------------------
 
-    def add(self, state: TurnState, action: dict[str, Any], *, release: bool = False) -> Pending:
+    def add(
+        self,
+        state: TurnState,
+        action: dict[str, Any],
+        *,
+        release: bool = False,
+        native: Any = None,
+    ) -> Pending:
         """Buffer one validated action (waiting while the buffer is full); wait until it
-        is durable when it ends a step.
+        is durable when it ends a step. ``native``: its provider-native data, unvalidated.
 
         Raises:
             TurnStopped, SessionClosed: the turn is over.
@@ -203,13 +210,14 @@ class TurnWriter:
         """
         encoded = encode_action(action)
         self.engine.validate.size(encoded[1], "the part")
+        native_bytes = self.engine.validate.native(native)
         with self._lock:
             while not state.over and state.buffered >= MAX_PENDING:
                 state.waiter.wait(_WAIT_CHECK)
             self._raise_if_over(state)
             now = time.monotonic()
             first = not state.pending
-            p = state.add(action, encoded[0], encoded[1], now)
+            p = state.add(action, encoded[0], encoded[1], now, native_bytes)
             state.release = state.release or release
             # Wake the flusher only when it would otherwise sleep past this part's deadline.
             if (
@@ -399,22 +407,26 @@ class StreamingTurn(TurnView):
     ) -> None:
         self._writer.finish(self._open(), interrupted=exc_type is not None)
 
-    def write(self, part: Mapping[str, Any] | Any) -> None:
+    def write(self, part: Mapping[str, Any] | Any, native: Any = None) -> None:
         """Write one stream part (wrapped as a ``part`` action) or one action
         (``toolPhase``, ``stop``, a ``part`` with ``within``).
+
+        ``native`` is the event's provider-native data, as one entry of
+        :meth:`EventStore.append <eventstore.EventStore.append>`'s ``native`` (JSON text
+        kept byte for byte, or a JSON value; ``None`` for none).
 
         Returns at once for text and reasoning deltas (durable within ``max_delay``); for
         ``tool-call``, ``tool-result``, ``tool-error``, ``finish``, ``error``, ``toolPhase``
         and ``stop``, only once it is durable.
 
         Raises:
-            InvalidEvent: the part is malformed (nothing is buffered).
+            InvalidEvent: the part (or ``native``) is malformed (nothing is buffered).
             TurnStopped: the turn was stopped.
             SessionClosed: the session was closed.
             StorageError: the database failed for good.
         """
         state = self._open()
-        self._writer.add(state, turn_action(part))
+        self._writer.add(state, turn_action(part), native=native)
 
     def flush(self) -> int:
         """Make everything written so far durable; the head version.
@@ -546,8 +558,16 @@ def flush_turns(
         # Only the batch's last event carries an id: a batch lands whole or not at all,
         # so that id tells a retry how far an unacknowledged attempt got.
         ids: list[str | None] = [None] * (len(items) - 1) + [event_id(t.token, items[-1].seq)]
+        natives = [p.native for p in items]
         rows, prev, turn = event_rows(
-            row, t.session, [(p.type, p.payload) for p in items], ids, t.actor, None, now_us
+            row,
+            t.session,
+            [(p.type, p.payload) for p in items],
+            ids,
+            t.actor,
+            None,
+            now_us,
+            natives if any(n is not None for n in natives) else None,
         )
         actions = [p.action for p in items]
         plan = eng.planner.plan(row, actions, rows[-1].version)

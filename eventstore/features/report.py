@@ -472,8 +472,27 @@ def _turn(
                 f'{" <span class=muted>by " + _e(ev.actor) + "</span>" if ev.actor else ""}</li>'
             )
         out.append("</ol>")
+    out.append(_natives(events))
     out.append("</div></details>")
     return "".join(out)
+
+
+def _natives(events: Sequence[RecordedEvent]) -> str:
+    """The turn's provider-native data (the exact text each event carries), folded: it is
+    evidence of what the provider sent, not part of the conversation."""
+    carrying = [ev for ev in events if ev.native_bytes is not None]
+    if not carrying:
+        return ""
+    items = "".join(
+        f"<li><span class=mono>v{ev.version}</span> {_e(ev.type)}"
+        f"{_block(ev.native_bytes.decode('utf-8', 'replace'))}</li>"
+        for ev in carrying
+        if ev.native_bytes is not None
+    )
+    return (
+        f'<details class="native"><summary>Provider-native data ({len(carrying)} '
+        f"event{'s' if len(carrying) != 1 else ''})</summary><ol class=timeline>{items}</ol></details>"
+    )
 
 
 # -- header --------------------------------------------------------------------------------

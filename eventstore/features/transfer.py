@@ -191,24 +191,25 @@ def _write(
         out.write(dumps(head).decode() + "\n")
         lines = []
         for e in evs:
-            lines.append(
-                dumps(
-                    {
-                        "kind": "event",
-                        "session": r.id,
-                        "version": e.version,
-                        "event_id": e.event_id,
-                        "type": e.type,
-                        "turn": e.turn,
-                        "action": orjson.Fragment(e.payload),
-                        "recorded_at": e.recorded_at,
-                        "recorded_at_iso": _iso(e.recorded_at),
-                        "actor": e.actor,
-                        "metadata": orjson.Fragment(e.metadata) if e.metadata is not None else None,
-                        "hash": e.hash.hex(),
-                    }
-                ).decode()
-            )
+            doc: JSON = {
+                "kind": "event",
+                "session": r.id,
+                "version": e.version,
+                "event_id": e.event_id,
+                "type": e.type,
+                "turn": e.turn,
+                "action": orjson.Fragment(e.payload),
+                "recorded_at": e.recorded_at,
+                "recorded_at_iso": _iso(e.recorded_at),
+                "actor": e.actor,
+                "metadata": orjson.Fragment(e.metadata) if e.metadata is not None else None,
+                "hash": e.hash.hex(),
+            }
+            if e.native is not None:
+                # A JSON string holding the exact text: the bytes come back as they were
+                # (a parsed copy could differ in spacing, key order or number spelling).
+                doc["native"] = e.native.decode()
+            lines.append(dumps(doc).decode())
             written += 1
             if len(lines) >= 1000:
                 out.write("\n".join(lines) + "\n")
@@ -367,6 +368,9 @@ class _Lines:
             check_json(metadata, "metadata")
             meta = canonical(metadata)
             v.size(meta, "metadata", field="metadata")
+        native = obj.get("native")
+        if native is not None and not isinstance(native, str):
+            raise _bad(n, "native must be a string of JSON text or absent", "native")
         return EventRow(
             session_pk=0,
             version=_int(obj, "version", n),
@@ -378,6 +382,7 @@ class _Lines:
             actor=actor,
             metadata=meta,
             hash=_hex(obj.get("hash"), n, "hash"),
+            native=v.native(native),
         )
 
 
@@ -738,7 +743,17 @@ def _conflict(session: str, why: str) -> SessionExists:
 
 def _with_pk(e: EventRow, pk: int) -> EventRow:
     return EventRow(
-        pk, e.version, e.event_id, e.type, e.turn, e.payload, e.recorded_at, e.actor, e.metadata, e.hash
+        pk,
+        e.version,
+        e.event_id,
+        e.type,
+        e.turn,
+        e.payload,
+        e.recorded_at,
+        e.actor,
+        e.metadata,
+        e.hash,
+        e.native,
     )
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from eventstore.core.appends import State, segments
 from eventstore.core.checkpoints import Checkpoint, CurrentSession, ErasedSession, RewoundSession, check_checkpoint
-from eventstore.core.codec import decode_payload, recorded_hash, state_digest
+from eventstore.core.codec import decode_native, decode_payload, recorded_hash, state_digest
 from eventstore.core.records import Problem, VerifyReport, to_datetime
 from eventstore.core.reducer import REDUCER_VERSION, fold_json
 from eventstore.core.rows import (
@@ -96,6 +96,11 @@ class ChainCheck:
         except Exception:  # noqa: BLE001 - a corrupt payload is a finding
             self.problem(e.version, "bad-payload", f"{where}: payload is not valid JSON")
             self._pending.append({"type": "stop"})
+        if e.native is not None:
+            try:
+                decode_native(e.native)
+            except Exception:  # noqa: BLE001 - corrupt native data is a finding
+                self.problem(e.version, "bad-native", f"{where}: native data is not valid JSON")
         return self.snapshots.get(e.version)
 
     def snapshot(self, snap: SnapshotRow, stored: State) -> None:

@@ -242,15 +242,18 @@ WITH b AS (
 ), ins AS (
     INSERT INTO events
         (session_pk, version, event_id, type, turn, payload, recorded_at, actor, metadata, hash,
-         xact)
+         xact, native)
     SELECT u.pk, u.version, u.event_id, u.type, u.turn, u.payload, u.recorded_at, u.actor,
            u.metadata, u.hash,
            greatest({FEED_XACT}, (SELECT p.xact FROM events p
-                                   WHERE p.session_pk = u.pk AND p.version = b.old_head))
+                                   WHERE p.session_pk = u.pk AND p.version = b.old_head)),
+           u.native
     FROM unnest(%(e_pks)b::int[], %(e_versions)b::int[], %(e_ids)b::text[], %(e_types)b::text[],
                 %(e_turns)b::int[], %(e_payloads)b::bytea[], %(e_times)b::bigint[],
-                %(e_actors)b::text[], %(e_metas)b::bytea[], %(e_hashes)b::bytea[])
-         AS u(pk, version, event_id, type, turn, payload, recorded_at, actor, metadata, hash)
+                %(e_actors)b::text[], %(e_metas)b::bytea[], %(e_hashes)b::bytea[],
+                %(e_natives)b::bytea[])
+         AS u(pk, version, event_id, type, turn, payload, recorded_at, actor, metadata, hash,
+              native)
     JOIN b ON b.pk = u.pk
     WHERE u.pk IN (SELECT pk FROM moved)
 ), blobs AS (
@@ -826,8 +829,11 @@ class PostgresStorage(SqlStorage):
         effect: CatalogueEffect | None = None,
     ) -> bool:
         first = rows[0]
+        # Batches with provider-native data take the general statement (the hot ones,
+        # without, keep their arrays as they are).
         if any(
-            (r.recorded_at, r.actor, r.metadata) != (first.recorded_at, first.actor, first.metadata)
+            (r.recorded_at, r.actor, r.metadata, r.native)
+            != (first.recorded_at, first.actor, first.metadata, None)
             for r in rows
         ):
             return super().append_fast(
@@ -890,6 +896,7 @@ class PostgresStorage(SqlStorage):
             "e_actors": [r.actor for r in events],
             "e_metas": [r.metadata for r in events],
             "e_hashes": [r.hash for r in events],
+            "e_natives": [r.native for r in events],
             "b_pks": [pk for pk, _, _ in blobs],
             "b_digests": [d for _, d, _ in blobs],
             "b_bodies": [body for _, _, body in blobs],

@@ -145,6 +145,9 @@ events = Table(
     # an event. SQLite (one writer at a time): a number that grows in commit order, given by the insert — and
     # the table's rowid (see SQLITE_FEED_KEY).
     Column("xact", BigInteger().with_variant(Integer(), "sqlite"), nullable=True),
+    # Provider-native data the reducer ignores (an item's exact JSON, token usage, a file
+    # reference): JSON text stored byte for byte, hashed into the chain when present.
+    Column("native", LargeBinary, nullable=True),
     PrimaryKeyConstraint("session_pk", "version"),
     # PostgreSQL only: a BRIN index (a few bytes per range of 16 pages, not an entry per
     # event): transaction ids grow with insertion order, so each range covers a narrow

@@ -98,6 +98,7 @@ _EVENT_COLS = (
     events.c.actor,
     events.c.metadata,
     events.c.hash,
+    events.c.native,
 )
 _EVENT_KEYS = tuple(c.name for c in _EVENT_COLS)  # EventRow's field order
 _SESSION_COLS = tuple(sessions.c)
@@ -163,7 +164,9 @@ def insert_events_stmt(xact: Any) -> Any:
 
 # The feed: events after a key (xact, session_pk, version), in that order.
 _FEED_KEY = tuple_(events.c.xact, events.c.session_pk, events.c.version)
-_FEED_COLS = (*_EVENT_COLS, events.c.xact, sessions.c.id)
+# FeedRow's order: the event's columns, its feed number and session id, then its native
+# data (last, so that rows without it keep their shape).
+_FEED_COLS = (*_EVENT_COLS[:-1], events.c.xact, sessions.c.id, events.c.native)
 
 
 def read_feed_stmt() -> Any:
@@ -199,7 +202,7 @@ def read_band_stmt(barrier: Any) -> Any:
     b = select(x.c.below, top.label("top"), waiting.label("pending")).cte("b").prefix_with("MATERIALIZED")
     e = events.c
     return (
-        select(*_EVENT_COLS, e.xact, b.c.below, b.c.pending)
+        select(*_EVENT_COLS[:-1], e.xact, e.native, b.c.below, b.c.pending)
         .select_from(
             b.outerjoin(
                 events,
@@ -405,6 +408,7 @@ def _event(r: Any) -> EventRow:
         actor=r[7],
         metadata=None if r[8] is None else bytes(r[8]),
         hash=bytes(r[9]),
+        native=None if r[10] is None else bytes(r[10]),
     )
 
 
@@ -886,6 +890,7 @@ class SqlStorage(Storage):
                             r.actor,
                             r.metadata,
                             r.hash,
+                            r.native,
                         )
                         for r in rows
                     ],
@@ -908,6 +913,7 @@ class SqlStorage(Storage):
                     "actor": r.actor,
                     "metadata": r.metadata,
                     "hash": r.hash,
+                    "native": r.native,
                 }
                 for r in rows
             ],
@@ -987,12 +993,12 @@ class SqlStorage(Storage):
             return Band(below, [], pending)
         make, name = FeedRow._make, self.session_keys.session_id
         try:
-            return Band(below, [make((*r[:-2], name(r[0]))) for r in rows], pending)
+            return Band(below, [make((*r[:-3], name(r[0]), r[-3])) for r in rows], pending)
         except KeyError:
             found = dict(session_ids(list({r[0] for r in rows})))
             for pk, session_id in found.items():
                 self.session_keys.learn(session_id, pk)
-            return Band(below, [make((*r[:-2], found[r[0]])) for r in rows], pending)
+            return Band(below, [make((*r[:-3], found[r[0]], r[-3])) for r in rows], pending)
 
     def _before_band(self, tx: Tx) -> None:
         """Settings a band's statement needs in its transaction (none by default)."""

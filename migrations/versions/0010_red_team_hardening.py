@@ -18,7 +18,7 @@ SQLite: nothing changes. It has no roles: whoever can insert a blob can also rew
 snapshot or an event, and ``verify`` compares every snapshot with the fold of its events.
 
 Revision ID: 0010_red_team_hardening
-Revises: 0008_session_rewinds
+Revises: 0009_event_provider_data
 Create Date: 2026-12-01
 """
 
@@ -27,7 +27,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "0010_red_team_hardening"
-down_revision = "0008_session_rewinds"
+down_revision = "0009_event_provider_data"
 branch_labels = None
 depends_on = None
 
