@@ -67,6 +67,8 @@ _PUBLIC: dict[str, dict[str, str]] = {
         "parse_action": "eventstore.core.models",
         "parse_actions": "eventstore.core.models",
         "parse_action_json": "eventstore.core.models",
+        "check_json_text": "eventstore.core.json_limits",
+        "MAX_JSON_DEPTH": "eventstore.core.json_limits",
         "parse_state": "eventstore.core.models",
         "SessionState": "eventstore.core.models",
     },
@@ -213,6 +215,12 @@ if TYPE_CHECKING:  # static checkers cannot follow the table: they read these im
     )
     from eventstore.core.models import (
         ToolResultPart as ToolResultPart,
+    )
+    from eventstore.core.json_limits import (
+        MAX_JSON_DEPTH as MAX_JSON_DEPTH,
+    )
+    from eventstore.core.json_limits import (
+        check_json_text as check_json_text,
     )
     from eventstore.core.models import (
         parse_action as parse_action,

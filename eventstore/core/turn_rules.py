@@ -66,21 +66,22 @@ _ACTION_TYPES = frozenset({"send", "part", "toolPhase", "stop", "retry", "reset"
 _IN_TURN = frozenset({"part", "toolPhase", "stop"})
 
 
-def _validated(action: Any) -> dict[str, Any]:
+def _validated(action: Any, max_bytes: int | None) -> dict[str, Any]:
     # parse_actions: its fast path (one pydantic-core call, no error paths built) is about
     # 3x cheaper than parse_action for a well-formed action, the common case.
     try:
-        return parse_actions([action])[0].to_json()
+        return parse_actions([action], max_bytes=max_bytes)[0].to_json()
     except InvalidEvent as exc:
         raise InvalidEvent(exc.reason, field=exc.field) from None  # one action, no index
 
 
-def turn_action(part: Any) -> dict[str, Any]:
+def turn_action(part: Any, max_bytes: int | None = None) -> dict[str, Any]:
     """The action a turn writes for ``part``, validated.
 
     A stream part (a dict, or a part model) is wrapped as ``{"type": "part", "part": ...}``;
     a dict with a top-level action type (``toolPhase``, ``stop``, ``part`` with
-    ``within``) or an action model is written as given.
+    ``within``) or an action model is written as given. With ``max_bytes``, one whose
+    text alone is larger is refused before it is validated or encoded.
 
     Raises:
         InvalidEvent: it is malformed, or it is a ``send``, ``retry`` or ``reset`` (a new
@@ -100,18 +101,18 @@ def turn_action(part: Any) -> dict[str, Any]:
             raise InvalidEvent(
                 f"a {kind!r} action starts a new turn; open one with store.turn()", field="type"
             )
-        return _validated(data)
-    return _validated({"type": "part", "part": dict(data)})
+        return _validated(data, max_bytes)
+    return _validated({"type": "part", "part": dict(data)}, max_bytes)
 
 
-def opening_action(action: Any) -> dict[str, Any]:
+def opening_action(action: Any, max_bytes: int | None = None) -> dict[str, Any]:
     """The validated action that opens a turn: a ``send`` (or a ``retry``, to continue
-    after an interruption).
+    after an interruption); ``max_bytes`` as for :func:`turn_action`.
 
     Raises:
         InvalidEvent: it is malformed or of another type.
     """
-    a = _validated(action) if action is not None else None
+    a = _validated(action, max_bytes) if action is not None else None
     if a is None or a["type"] not in ("send", "retry"):
         raise InvalidEvent(
             "a turn opens with a send action (or a retry to continue an interrupted reply)",

@@ -238,7 +238,7 @@ class AsyncStreamingTurn(TurnView):
 
     async def write(self, part: Mapping[str, Any] | Any) -> None:
         """Twin of :meth:`eventstore.StreamingTurn.write`."""
-        await self._writer.add(self._open(), turn_action(part))
+        await self._writer.add(self._open(), turn_action(part, self._writer.engine.validate.limits.max_event_bytes))
 
     async def flush(self) -> int:
         """Twin of :meth:`eventstore.StreamingTurn.flush`."""

@@ -413,7 +413,7 @@ class StreamingTurn(TurnView):
             StorageError: the database failed for good.
         """
         state = self._open()
-        self._writer.add(state, turn_action(part))
+        self._writer.add(state, turn_action(part, self._writer.engine.validate.limits.max_event_bytes))
 
     def flush(self) -> int:
         """Make everything written so far durable; the head version.
@@ -460,7 +460,7 @@ def prepare_opening(
     v.id(session, "session")
     v.optional_id(actor, "actor")
     delay = check_max_delay(max_delay)
-    action = opening_action(send_action)
+    action = opening_action(send_action, v.limits.max_event_bytes)
     type_, payload = encode_action(action)
     v.size(payload, "the send action", field="send_action")
     token = "t" + uuid.uuid4().hex[:16]
