@@ -36,6 +36,7 @@ from eventstore.core.codec import encode_action
 from eventstore.core.records import Recovery
 from eventstore.core.reducer import fold_json, resumable
 from eventstore.core.rows import SessionRow, TurnBatch
+from eventstore.core.validation import MAX_SECONDS
 from eventstore.core.turn_rules import (
     INTERRUPTION,
     MAX_PENDING,
@@ -102,14 +103,15 @@ def check_max_delay(value: Any) -> float:
 
 
 def check_stale_after(value: Any) -> float:
-    """``stale_after`` as a float: a finite, positive number of seconds.
+    """``stale_after`` as a float: a positive number of seconds, at most ``MAX_SECONDS``.
 
     Raises:
         InvalidEvent: it is not.
     """
-    if type(value) not in (int, float) or not math.isfinite(value) or value <= 0:
+    if type(value) not in (int, float) or not math.isfinite(value) or not 0 < value <= MAX_SECONDS:
         raise InvalidEvent(
-            f"stale_after must be a positive number of seconds, got {value!r}", field="stale_after"
+            f"stale_after must be a positive number of seconds up to {MAX_SECONDS:.0e}, got {value!r}",
+            field="stale_after",
         )
     return float(value)
 
