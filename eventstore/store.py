@@ -241,8 +241,10 @@ class EventStore(StoreBase):
     def close_session(self, session: str, *, reason: str | None = None) -> None:
         """Close a session to writes: later appends, turns and branches into it raise
         :class:`~eventstore.SessionClosed`; reads, branches from it and diffs still work,
-        and :meth:`sessions` shows it closed with the reason. A live turn on it stops at
-        its next flush.
+        and :meth:`sessions` shows it closed with the reason. A session still streaming
+        (a live turn, or one whose writer died) is ended first, in the same transaction, with
+        the interruption error part (actor ``"close"``), so it is never left stuck; a live
+        turn on it stops at its next flush, its unflushed parts dropped.
 
         Raises:
             InvalidEvent: an argument is malformed.

@@ -526,6 +526,7 @@ def flush_turns(
     now_us = now_micros()
     batches: list[TurnBatch] = []
     heads: list[tuple[SessionRow, AppendPlan | None]] = []
+    sent: list[tuple[TurnState, list[Pending], bool]] = []  # the work with a batch in ``batches``
     for t, items, release in work:
         row = t.row
         if not items:
@@ -543,6 +544,7 @@ def flush_turns(
                 )
             )
             heads.append((row, None))
+            sent.append((t, items, release))
             continue
         # Only the batch's last event carries an id: a batch lands whole or not at all,
         # so that id tells a retry how far an unacknowledged attempt got.
@@ -554,8 +556,15 @@ def flush_turns(
         plan = eng.planner.plan(row, actions, rows[-1].version)
         if plan is None:
             with st.read() as tx:
-                fresh = st.get_session(tx, t.session) or row
-                base = eng.state_at(tx, fresh, row.head)
+                fresh = st.get_session(tx, t.session)
+                if fresh is None:
+                    gone: Exception | None = eng.missing(tx, t.session)
+                else:
+                    gone, base = None, eng.state_at(tx, fresh, row.head)
+            if gone is not None:
+                with lock:
+                    t.failed(gone)  # erased under the live turn
+                continue
             plan = eng.planner.plan(row, actions, rows[-1].version, base)
             assert plan is not None
         batches.append(
@@ -574,12 +583,15 @@ def flush_turns(
             )
         )
         heads.append((head_after(row, rows[-1].version, prev, turn), plan))
+        sent.append((t, items, release))
+    if not batches:
+        return
     try:
         written = st.append_batches(batches)
     except StorageError as exc:
         now = time.monotonic()
         with lock:
-            for t, _, _ in work:
+            for t, _, _ in sent:
                 n = attempts.get(t.token, 0) + 1
                 attempts[t.token] = n
                 if exc.retryable and n <= _RETRIES:
@@ -590,7 +602,7 @@ def flush_turns(
     now = time.monotonic()
     stale: list[TurnState] = []
     with lock:
-        for (t, _, release), ok, (head, plan) in zip(work, written, heads):
+        for (t, _, release), ok, (head, plan) in zip(sent, written, heads):
             attempts.pop(t.token, None)
             if ok:
                 t.written(head, now, release)
@@ -600,6 +612,13 @@ def flush_turns(
                 stale.append(t)
     for t in stale:
         with st.read() as tx:
+            if st.get_session(tx, t.session) is None:
+                # Erased (or deleted) under the live turn: the turn ends with the error a
+                # reader of the session gets, not a storage failure.
+                missing = eng.missing(tx, t.session)
+                with lock:
+                    t.failed(missing)
+                continue
             control = st.get_control(tx, t.row.pk)
             after = (
                 st.read_events(tx, t.row.pk, after=t.row.head, upto=control.head)
@@ -665,6 +684,12 @@ def recover(engine: Engine, session: Any, *, stale_after: Any = 30.0) -> Recover
 def close_session(engine: Engine, session: Any, *, reason: Any = None) -> None:
     """Close a session to writes (idempotent; a later close keeps the first reason).
 
+    A session left ``streaming`` (a live turn, or a writer that died) is ended in the same
+    transaction: the interruption ``error`` part is appended (actor ``"close"``; every open
+    call is cancelled) and the writer's lease is given up, so a closed session is never
+    stuck mid-turn. A live turn's parts not yet flushed are dropped, and its next
+    ``write`` or ``flush`` raises :class:`~eventstore.errors.SessionClosed`.
+
     Raises:
         InvalidEvent: an argument is malformed.
         SessionNotFound: no such session.
@@ -672,9 +697,25 @@ def close_session(engine: Engine, session: Any, *, reason: Any = None) -> None:
     engine.validate.id(session, "session")
     engine.validate.optional_id(reason, "reason")
     st = engine.storage
+    action = dict(INTERRUPTION)
+    encoded = encode_action(action)
+    committed = None
     with st.write(session=session) as tx:
         row = st.lock_session(tx, session)
         if row is None:
             raise SessionNotFound(session)
         if st.get_control(tx, row.pk).closed_at is None:
-            st.close_session(tx, row.pk, now_micros(), reason)
+            now = now_micros()
+            # A turn still open would stay `streaming` for good: nothing can write to a
+            # closed session, recovery included. So the close ends it, as a recovery does,
+            # under the session's lock: the live writer's next flush finds the session
+            # closed and its buffered parts are dropped (``turn.dropped``).
+            if engine.state_at(tx, row, row.head).get("status") == "streaming":
+                rows, prev, turn, plan = engine.write_locked(
+                    tx, row, [action], [encoded], None, "close", None, now
+                )
+                committed = (head_after(row, rows[-1].version, prev, turn), plan)
+            st.set_writer(tx, row.pk, None, None)
+            st.close_session(tx, row.pk, now, reason)
+    if committed is not None:
+        engine.planner.committed(*committed)

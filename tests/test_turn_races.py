@@ -1,0 +1,121 @@
+"""Turns racing the calls that end a session: ``close_session`` and ``erase`` during a live
+turn, with the turn really writing in another thread (or task)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from conftest import make_store
+from eventstore import AsyncEventStore, EventStore, SessionClosed, SessionErased
+
+SEND = {"type": "send", "id": "u-1", "text": "hi"}
+DEADLINE = 30.0
+
+
+def _wait_for(cond: Callable[[], bool], what: str) -> None:
+    end = time.monotonic() + DEADLINE
+    while not cond():
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+class _Writer(threading.Thread):
+    """A turn that writes deltas (and a tool call now and then) until something ends it."""
+
+    def __init__(self, url: str, session: str) -> None:
+        super().__init__(daemon=True)
+        self.url, self.session = url, session
+        self.error: BaseException | None = None
+        self.writes = 0
+
+    def run(self) -> None:
+        with make_store(self.url) as store:
+            try:
+                with store.turn(self.session, SEND, max_delay=0.005) as turn:
+                    turn.write({"type": "message-start", "messageId": "a-1"})
+                    while True:
+                        turn.write({"type": "text-delta", "messageId": "a-1", "text": "x"})
+                        self.writes += 1
+                        if self.writes % 50 == 0:
+                            turn.flush()
+            except BaseException as exc:  # noqa: BLE001 - the test inspects it
+                self.error = exc
+
+
+def _race(db_url: str, end: Callable[[EventStore], Any]) -> tuple[EventStore, BaseException | None]:
+    store = make_store(db_url)
+    store.append("bystander", [{"type": "stop"}])
+    writer = _Writer(db_url, "s")
+    writer.start()
+    _wait_for(lambda: store.head("s") >= 20 if any(s.id == "s" for s in store.sessions()) else False, "the turn to write")
+    end(store)
+    writer.join(DEADLINE)
+    assert not writer.is_alive(), "the turn never ended"
+    return store, writer.error
+
+
+def test_closing_a_session_ends_its_live_turn(db_url: str) -> None:
+    store, error = _race(db_url, lambda s: s.close_session("s", reason="user left"))
+    try:
+        assert isinstance(error, SessionClosed), repr(error)
+        state = store.load("s")
+        assert state.status == "error"  # not left streaming: the close interrupted the turn
+        last = list(store.history("s"))[-1]
+        assert last.actor == "close" and last.type == "part"
+        assert {s.id: s for s in store.sessions()}["s"].closed
+        with pytest.raises(SessionClosed):
+            store.recover("s", stale_after=0.001)  # closed, but nothing to recover either
+    finally:
+        store.close()
+
+
+def test_erasing_a_session_during_its_live_turn_raises_session_erased(db_url: str) -> None:
+    store, error = _race(db_url, lambda s: s.erase("s", reason="user request"))
+    try:
+        assert isinstance(error, SessionErased), repr(error)
+        with pytest.raises(SessionErased):
+            store.load("s")
+        assert store.head("bystander") == 1
+    finally:
+        store.close()
+
+
+def test_the_async_twin_closes_and_erases_a_live_turn(db_url: str) -> None:
+    async def main() -> None:
+        async with AsyncEventStore(db_url) as store:
+            await store.migrate()
+            for session, end in (
+                ("c", lambda: store.close_session("c", reason="bye")),
+                ("e", lambda: store.erase("e", reason="gone")),
+            ):
+                started = asyncio.Event()
+
+                async def turn() -> BaseException | None:
+                    try:
+                        async with store.turn(session, SEND, max_delay=0.005) as t:
+                            for i in range(1_000_000):
+                                await t.write({"type": "text-delta", "messageId": "a-1", "text": "x"})
+                                if i == 20:
+                                    await t.flush()
+                                    started.set()
+                                await asyncio.sleep(0)
+                    except (SessionClosed, SessionErased) as exc:
+                        return exc
+                    return None
+
+                task = asyncio.create_task(turn())
+                await asyncio.wait_for(started.wait(), DEADLINE)
+                await end()
+                error = await asyncio.wait_for(task, DEADLINE)
+                assert isinstance(error, SessionClosed if session == "c" else SessionErased), repr(error)
+            assert (await store.load("c")).status == "error"
+            with pytest.raises(SessionErased):
+                await store.load("e")
+
+    asyncio.run(main())
