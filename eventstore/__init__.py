@@ -68,6 +68,9 @@ _PUBLIC: dict[str, dict[str, str]] = {
         "parse_actions": "eventstore.core.models",
         "parse_action_json": "eventstore.core.models",
         "check_json_text": "eventstore.core.json_limits",
+        "visible": "eventstore.core.text",
+        "visible_json": "eventstore.core.text",
+        "UNSAFE": "eventstore.core.text",
         "MAX_JSON_DEPTH": "eventstore.core.json_limits",
         "parse_state": "eventstore.core.models",
         "SessionState": "eventstore.core.models",
@@ -221,6 +224,15 @@ if TYPE_CHECKING:  # static checkers cannot follow the table: they read these im
     )
     from eventstore.core.json_limits import (
         check_json_text as check_json_text,
+    )
+    from eventstore.core.text import (
+        UNSAFE as UNSAFE,
+    )
+    from eventstore.core.text import (
+        visible as visible,
+    )
+    from eventstore.core.text import (
+        visible_json as visible_json,
     )
     from eventstore.core.models import (
         parse_action as parse_action,
