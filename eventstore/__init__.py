@@ -49,6 +49,7 @@ _PUBLIC: dict[str, dict[str, str]] = {
         "StreamingTurn": "eventstore.engine.turns",
         "AsyncStreamingTurn": "eventstore.engine.async_turns",
         "Recovery": "eventstore.core.records",
+        "RecoveryStatus": "eventstore.core.turn_rules",
         "to_openai_messages": "eventstore.core.chat_messages",
         "to_anthropic_messages": "eventstore.core.chat_messages",
     },
@@ -257,6 +258,9 @@ if TYPE_CHECKING:  # static checkers cannot follow the table: they read these im
     )
     from eventstore.core.records import (
         Recovery as Recovery,
+    )
+    from eventstore.core.turn_rules import (
+        RecoveryStatus as RecoveryStatus,
     )
     from eventstore.core.records import (
         SessionInfo as SessionInfo,

@@ -33,6 +33,7 @@ from eventstore.core.diff import SessionDiff
 from eventstore.core.feed_rules import Follower
 from eventstore.core.models import Action, SessionState
 from eventstore.core.records import AppendResult, RecordedEvent, Recovery, SessionInfo, VerifyReport
+from eventstore.core.turn_rules import RecoveryStatus
 from eventstore.core.turn_view import Turn
 from eventstore.engine import turns as streaming
 from eventstore.engine.engine import DEFAULT_SNAPSHOT_EVERY
@@ -237,6 +238,18 @@ class EventStore(StoreBase):
             SessionClosed: the session was closed.
         """
         return streaming.recover(self._engine, session, stale_after=stale_after)
+
+    def recovery_status(self, session: str, *, stale_after: float = 30.0) -> RecoveryStatus:
+        """Whether :meth:`recover` would interrupt the session now, and if not, why not
+        (``not-streaming``, ``writer-alive``, ``closed``) and, for a live writer, when it
+        becomes recoverable (``recoverable_at``). Writes nothing.
+
+        Raises:
+            InvalidEvent: an argument is malformed.
+            SessionNotFound: no such session.
+            SessionErased: it was erased.
+        """
+        return streaming.recovery_status_of(self._engine, session, stale_after=stale_after)
 
     def close_session(self, session: str, *, reason: str | None = None) -> None:
         """Close a session to writes: later appends, turns and branches into it raise

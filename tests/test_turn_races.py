@@ -119,3 +119,24 @@ def test_the_async_twin_closes_and_erases_a_live_turn(db_url: str) -> None:
                 await store.load("e")
 
     asyncio.run(main())
+
+
+@pytest.mark.twins
+def test_recovery_status_says_why_not_and_when(store: Any) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from eventstore import RecoveryStatus
+
+    store.append("s", [SEND, {"type": "part", "part": {"type": "message-start", "messageId": "a-1"}}])
+    live = store.recovery_status("s", stale_after=3600)
+    assert isinstance(live, RecoveryStatus) and (live.reason, live.status, live.recoverable) == ("writer-alive", "streaming", False)
+    assert live.last_write is not None and live.recoverable_at == live.last_write + timedelta(seconds=3600)
+    assert live.recoverable_at > datetime.now(timezone.utc)
+    assert store.recover("s", stale_after=3600) is None  # recover's contract is unchanged
+    _wait_for(lambda: store.recovery_status("s", stale_after=0.05).recoverable, "the writer to go stale")
+    assert store.recovery_status("s", stale_after=0.05).to_json()["reason"] == "recoverable"
+    assert store.recover("s", stale_after=0.05) is not None
+    done = store.recovery_status("s", stale_after=0.05)
+    assert (done.reason, done.status, done.recoverable_at) == ("not-streaming", "error", None)
+    store.close_session("s")
+    assert store.recovery_status("s").reason == "closed"

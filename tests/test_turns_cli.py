@@ -52,7 +52,7 @@ def test_recover_and_sessions_show_interrupted_and_closed(db_url: str) -> None:
         )
         store.close_session("s2", reason="user left")
     out = invoke(db_url, "recover", "s1", "--stale-after", "3600").stdout
-    assert "nothing to recover" in out
+    assert "nothing to recover in s1: its writer is alive" in out and "becomes recoverable at" in out
     time.sleep(0.05)  # the last write is older than the stale_after below
     out = invoke(db_url, "recover", "s1", "--stale-after", "0.01").stdout
     assert "recovered s1: interrupted at version 4; 1 message(s)" in out
@@ -60,6 +60,8 @@ def test_recover_and_sessions_show_interrupted_and_closed(db_url: str) -> None:
         json.loads(invoke(db_url, "recover", "s1", "--stale-after", "0.01", "--json").stdout)
         is None
     )
+    out = invoke(db_url, "recover", "s1", "--stale-after", "0.01").stdout
+    assert "nothing to recover in s1: it is not streaming (its status is error)" in out
     table = invoke(db_url, "sessions").stdout
     assert "interrupted" in table and "closed: user left" in table
     rows = {r["id"]: r for r in json.loads(invoke(db_url, "sessions", "--json").stdout)}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -23,6 +24,7 @@ from eventstore.core.appends import head_after
 from eventstore.core.codec import canonical
 from eventstore.core.models import WireModel, parse_actions
 from eventstore.core.records import SessionInfo, to_datetime
+from eventstore.core.text import iso
 from eventstore.core.rows import EventRow, SessionControl, SessionRow
 from eventstore.errors import InvalidEvent, SessionClosed, TurnStopped
 
@@ -34,11 +36,13 @@ __all__ = [
     "INTERRUPTION",
     "MAX_PENDING",
     "Pending",
+    "RecoveryStatus",
     "TurnState",
     "ends_run",
     "event_id",
     "is_urgent",
     "opening_action",
+    "recovery_status",
     "session_info",
     "turn_action",
     "writer_stale",
@@ -173,6 +177,77 @@ def writer_stale(control: SessionControl, now: int, stale_after: float) -> bool:
     if seen is None:
         return True
     return now - seen > stale_after * 1_000_000
+
+
+@dataclass(frozen=True)
+class RecoveryStatus:
+    """Whether ``recover`` would interrupt a session now, and if not, why not and when.
+
+    Attributes:
+        session: the session.
+        reason: ``"recoverable"`` (``recover`` would write the interruption now),
+            ``"not-streaming"`` (no turn is open: nothing to recover), ``"writer-alive"``
+            (a turn wrote, or renewed its lease, within ``stale_after``), or ``"closed"``
+            (a closed session takes no writes; closing ended any open turn).
+        status: the fold's status (``idle``, ``streaming``, ``error``).
+        last_write: when a writer was last seen (its lease renewal, else the head event's
+            time; ``None`` when never).
+        recoverable_at: when the session becomes recoverable if nothing writes to it
+            meanwhile (only for ``"writer-alive"``; else ``None``).
+    """
+
+    session: str
+    reason: str
+    status: str
+    last_write: datetime | None = None
+    recoverable_at: datetime | None = None
+
+    @property
+    def recoverable(self) -> bool:
+        """``True`` when ``recover`` would interrupt the session now."""
+        return self.reason == "recoverable"
+
+    def message(self) -> str:
+        """One line for a person (the session id is not escaped: the caller shows it)."""
+        if self.reason == "recoverable":
+            return "its writer is gone: recover interrupts the open turn"
+        if self.reason == "closed":
+            return "it is closed (closing ended any open turn)"
+        if self.reason == "not-streaming":
+            return f"it is not streaming (its status is {self.status})"
+        assert self.recoverable_at is not None and self.last_write is not None
+        return (
+            f"its writer is alive (last write {iso(self.last_write)}); it becomes recoverable at "
+            f"{iso(self.recoverable_at)} if nothing writes to it before"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"session", "reason", "recoverable", "status", "last_write", "recoverable_at"}``."""
+        return {
+            "session": self.session,
+            "reason": self.reason,
+            "recoverable": self.recoverable,
+            "status": self.status,
+            "last_write": None if self.last_write is None else iso(self.last_write),
+            "recoverable_at": None if self.recoverable_at is None else iso(self.recoverable_at),
+        }
+
+
+def recovery_status(
+    session: str, control: SessionControl, status: str, now: int, stale_after: float
+) -> RecoveryStatus:
+    """The decision ``recover`` makes, as a value (``control`` with its head event's time)."""
+    seen = control.writer_seen if control.writer is not None else control.head_recorded_at
+    last = None if seen is None else to_datetime(seen)
+    if control.closed_at is not None:
+        return RecoveryStatus(session, "closed", status, last)
+    if status != "streaming":
+        return RecoveryStatus(session, "not-streaming", status, last)
+    if writer_stale(control, now, stale_after):
+        return RecoveryStatus(session, "recoverable", status, last)
+    assert seen is not None
+    at = to_datetime(seen + int(stale_after * 1_000_000))
+    return RecoveryStatus(session, "writer-alive", status, last, at)
 
 
 @dataclass

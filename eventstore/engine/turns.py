@@ -35,15 +35,17 @@ from eventstore.core.appends import event_rows, head_after
 from eventstore.core.codec import encode_action
 from eventstore.core.records import Recovery
 from eventstore.core.reducer import fold_json, resumable
-from eventstore.core.rows import SessionRow, TurnBatch
+from eventstore.core.rows import SessionControl, SessionRow, TurnBatch
 from eventstore.core.validation import MAX_SECONDS
 from eventstore.core.turn_rules import (
     INTERRUPTION,
     MAX_PENDING,
     Pending,
+    RecoveryStatus,
     TurnState,
     event_id,
     opening_action,
+    recovery_status,
     turn_action,
     writer_stale,
 )
@@ -661,10 +663,7 @@ def recover(engine: Engine, session: Any, *, stale_after: Any = 30.0) -> Recover
         if row is None:
             raise SessionNotFound(session)
         eng.check_open(tx, row)
-        control = st.get_control(tx, row.pk, with_head_event=True)
-        if control.head_recorded_at is None:
-            # A branch still at its fork point: its creation is the last write to it.
-            control = replace(control, head_recorded_at=row.created_at)
+        control = _last_writes(eng, tx, row)
         if not writer_stale(control, now, stale):
             return None
         state = eng.state_at(tx, row, row.head)
@@ -679,6 +678,36 @@ def recover(engine: Engine, session: Any, *, stale_after: Any = 30.0) -> Recover
     eng.planner.committed(head_after(row, rows[-1].version, prev, turn), plan)
     after = fold_json(state, [action])
     return Recovery(rows[-1].version, resumable(after["messages"]))
+
+
+def _last_writes(engine: Engine, tx: Any, row: SessionRow) -> SessionControl:
+    """The session's control row with its head event's time (what staleness is judged by)."""
+    control = engine.storage.get_control(tx, row.pk, with_head_event=True)
+    if control.head_recorded_at is None:
+        # A branch still at its fork point: its creation is the last write to it.
+        control = replace(control, head_recorded_at=row.created_at)
+    return control
+
+
+def recovery_status_of(engine: Engine, session: Any, *, stale_after: Any = 30.0) -> RecoveryStatus:
+    """Whether :func:`recover` would interrupt the session now; if not, why not and when it
+    would (it writes nothing).
+
+    Raises:
+        InvalidEvent: an argument is malformed.
+        SessionNotFound: no such session.
+        SessionErased: it was erased.
+    """
+    engine.validate.id(session, "session")
+    stale = check_stale_after(stale_after)
+    st = engine.storage
+    with st.read() as tx:
+        row = st.get_session(tx, session)
+        if row is None:
+            raise engine.missing(tx, session)
+        control = _last_writes(engine, tx, row)
+        status = str(engine.state_at(tx, row, row.head).get("status"))
+    return recovery_status(session, control, status, now_micros(), stale)
 
 
 def close_session(engine: Engine, session: Any, *, reason: Any = None) -> None:
