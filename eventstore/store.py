@@ -201,7 +201,9 @@ class EventStore(StoreBase):
         ``turn.write(part)`` buffers; the writes of every turn open on this store are
         committed together, one transaction per flush. Step-ending parts (``tool-call``,
         ``tool-result``, ``tool-error``, ``finish``, ``error``, ``toolPhase``, ``stop``) are
-        durable when ``write`` returns; deltas within ``max_delay`` seconds. A stop appended
+        durable when ``write`` returns; deltas within ``max_delay`` seconds (while the
+        database takes no commit, ``write`` waits once a delta is ``max_delay`` old, so
+        that stays true). A stop appended
         by anyone ends the turn (``turn.stopped``; buffered parts are dropped and counted in
         ``turn.dropped``; later writes raise :class:`~eventstore.TurnStopped`). Leaving the
         block with an exception flushes, appends an interruption ``error`` part and

@@ -140,3 +140,91 @@ def test_recovery_status_says_why_not_and_when(store: Any) -> None:
     assert (done.reason, done.status, done.recoverable_at) == ("not-streaming", "error", None)
     store.close_session("s")
     assert store.recovery_status("s").reason == "closed"
+
+
+class _Hold:
+    """Another connection holding what a flush needs: SQLite's write lock, or the
+    session's row lock on PostgreSQL."""
+
+    def __init__(self, db_url: str, session: str) -> None:
+        from sqlalchemy import create_engine, text
+
+        self.engine = create_engine(db_url)
+        self.conn = self.engine.connect()
+        if db_url.startswith("sqlite"):
+            self.conn.exec_driver_sql("BEGIN IMMEDIATE")
+        else:
+            self.conn.begin()
+            self.conn.execute(text("SELECT pk FROM sessions WHERE id = :s FOR UPDATE"), {"s": session})
+
+    def release(self) -> None:
+        self.conn.rollback() if self.conn.in_transaction() else self.conn.exec_driver_sql("ROLLBACK")
+        self.conn.close()
+        self.engine.dispose()
+
+
+class _Acknowledged(threading.Thread):
+    """A turn writing deltas, noting when each write returned (sync or async twin)."""
+
+    def __init__(self, db_url: str, twin: str) -> None:
+        super().__init__(daemon=True)
+        self.url, self.twin = db_url, twin
+        self.returned: list[float] = []
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            if self.twin == "sync":
+                with make_store(self.url) as store, store.turn("s", SEND, max_delay=0.05) as turn:
+                    turn.write({"type": "message-start", "messageId": "a-1"})
+                    while not self.stop.is_set():
+                        turn.write({"type": "text-delta", "messageId": "a-1", "text": "x"})
+                        self.returned.append(time.monotonic())
+                        time.sleep(0.002)
+                    turn.write({"type": "finish"})
+            else:
+                asyncio.run(self._async())
+        except BaseException as exc:  # noqa: BLE001 - the test inspects it
+            self.error = exc
+
+    async def _async(self) -> None:
+        async with AsyncEventStore(self.url) as store:
+            async with store.turn("s", SEND, max_delay=0.05) as turn:
+                await turn.write({"type": "message-start", "messageId": "a-1"})
+                while not self.stop.is_set():
+                    await turn.write({"type": "text-delta", "messageId": "a-1", "text": "x"})
+                    self.returned.append(time.monotonic())
+                    await asyncio.sleep(0.002)
+                await turn.write({"type": "finish"})
+
+
+@pytest.mark.parametrize("twin", ["sync", "async"])
+def test_write_stops_returning_while_the_database_takes_no_commit(db_url: str, twin: str) -> None:
+    with make_store(db_url) as store:
+        store.append("bystander", [{"type": "stop"}])
+        writer = _Acknowledged(db_url, twin)
+        writer.start()
+        _wait_for(lambda: len(writer.returned) >= 20, "the turn to write")
+        hold = _Hold(db_url, "s")
+        held_at = time.monotonic()
+        time.sleep(2.0)  # the stall being tested: 40 times max_delay
+        released_at = time.monotonic()
+        hold.release()
+        _wait_for(lambda: any(t > released_at for t in writer.returned) or writer.error is not None, "writes to resume")
+        writer.stop.set()
+        writer.join(DEADLINE)
+        assert not writer.is_alive()
+        # No write was acknowledged while nothing could be made durable (a little after
+        # the lock was taken, the writes already in flight may still return).
+        during = [t for t in writer.returned if held_at + 0.3 < t < released_at - 0.05]
+        assert during == [], f"{len(during)} writes returned during the stall"
+        if writer.error is None:
+            # Every acknowledged write is durable once the database takes commits again.
+            deltas = [e for e in store.history("s") if e.action.get("part", {}).get("type") == "text-delta"]
+            assert len(deltas) == len(writer.returned)
+            assert store.load("s").status == "idle"
+        else:
+            from eventstore import StorageError
+
+            assert isinstance(writer.error, StorageError), repr(writer.error)

@@ -314,6 +314,8 @@ class TurnState:
         self.pending: list[Pending] = []
         self.inflight: list[Pending] = []
         self.since: float | None = None
+        # When the oldest event not yet durable was written (``None``: all are durable).
+        self.oldest: float | None = None
         self.last_check = now
         self.durable = 0
         self.stopped = False
@@ -348,6 +350,8 @@ class TurnState:
         """Buffer a validated, encoded action; its :class:`Pending` entry."""
         p = Pending(self.seq, action, type_, payload, is_urgent(action))
         self.seq += 1
+        if not self.buffered:
+            self.oldest = now
         if not self.pending:
             self.since = now
         self.pending.append(p)
@@ -360,8 +364,22 @@ class TurnState:
         and takes the lease only if the head is still :attr:`row`'s and no turn holds it."""
         p = Pending(0, action, type_, payload, True)
         self.pending, self.since, self.wanted, self.leased = [p], now, 0, False
+        self.oldest = now
         self.durable = -1
         return p
+
+    def behind(self, now: float) -> bool:
+        """Whether an event written more than ``max_delay`` ago is still not durable: the
+        database is not taking the flushes (a lock held elsewhere, a stall, retries)."""
+        return self.oldest is not None and now - self.oldest > self.max_delay
+
+    def must_wait(self, p: Pending, release: bool, now: float) -> bool:
+        """Whether ``write`` of ``p`` returns only once ``p`` is durable: it ends a step,
+        or the turn gives its lease up, or the flusher is :meth:`behind`. The last keeps
+        the promise that a write is durable at most ``max_delay`` after it returns: while
+        the database takes no commit, writes stop being acknowledged, so a crash then can
+        lose only what was written within ``max_delay`` before the stall began."""
+        return p.urgent or release or self.behind(now)
 
     @property
     def over(self) -> bool:
@@ -442,6 +460,7 @@ class TurnState:
             if self.inflight[-1].type == "stop":
                 self.stopped, self.stop_version, self.own_stop = True, row.head, True
         self.inflight = []
+        self.oldest = self.since if self.pending else None
         self.row = row
         self.last_check = now
         if released and self.release:

@@ -106,11 +106,13 @@ class AsyncTurnWriter:
                 await cond.wait()
             self._raise_if_over(state)
             first = not state.pending
-            p = state.add(action, encoded[0], encoded[1], time.monotonic())
+            now = time.monotonic()
+            p = state.add(action, encoded[0], encoded[1], now)
             state.release = state.release or release
-            if p.urgent or release or first:
+            wait = state.must_wait(p, release, now)
+            if wait or first:
                 cond.notify_all()
-            if p.urgent or release:
+            if wait:
                 await self._wait(state, p.seq)
         return p
 

@@ -221,7 +221,7 @@ class TurnWriter:
                 or (first and now + state.max_delay < min(self._sleeping.values(), default=now))
             ):
                 self._wake.notify()
-            if p.urgent or release:
+            if state.must_wait(p, release, now):
                 self._wait(state, p.seq)
         return p
 
