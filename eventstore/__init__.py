@@ -51,6 +51,7 @@ _PUBLIC: dict[str, dict[str, str]] = {
         "StreamingTurn": "eventstore.engine.turns",
         "AsyncStreamingTurn": "eventstore.engine.async_turns",
         "Recovery": "eventstore.core.records",
+        "RecoveryStatus": "eventstore.core.turn_rules",
         "to_openai_messages": "eventstore.core.chat_messages",
         "to_anthropic_messages": "eventstore.core.chat_messages",
     },
@@ -69,6 +70,11 @@ _PUBLIC: dict[str, dict[str, str]] = {
         "parse_action": "eventstore.core.models",
         "parse_actions": "eventstore.core.models",
         "parse_action_json": "eventstore.core.models",
+        "check_json_text": "eventstore.core.json_limits",
+        "visible": "eventstore.core.text",
+        "visible_json": "eventstore.core.text",
+        "UNSAFE": "eventstore.core.text",
+        "MAX_JSON_DEPTH": "eventstore.core.json_limits",
         "parse_state": "eventstore.core.models",
         "SessionState": "eventstore.core.models",
     },
@@ -218,6 +224,21 @@ if TYPE_CHECKING:  # static checkers cannot follow the table: they read these im
     from eventstore.core.models import (
         ToolResultPart as ToolResultPart,
     )
+    from eventstore.core.json_limits import (
+        MAX_JSON_DEPTH as MAX_JSON_DEPTH,
+    )
+    from eventstore.core.json_limits import (
+        check_json_text as check_json_text,
+    )
+    from eventstore.core.text import (
+        UNSAFE as UNSAFE,
+    )
+    from eventstore.core.text import (
+        visible as visible,
+    )
+    from eventstore.core.text import (
+        visible_json as visible_json,
+    )
     from eventstore.core.models import (
         parse_action as parse_action,
     )
@@ -241,6 +262,9 @@ if TYPE_CHECKING:  # static checkers cannot follow the table: they read these im
     )
     from eventstore.core.records import (
         Recovery as Recovery,
+    )
+    from eventstore.core.turn_rules import (
+        RecoveryStatus as RecoveryStatus,
     )
     from eventstore.core.records import (
         SessionInfo as SessionInfo,

@@ -36,6 +36,7 @@ from eventstore.core.diff import SessionDiff
 from eventstore.core.feed_rules import AsyncFollower, FollowState
 from eventstore.core.models import Action, SessionState
 from eventstore.core.records import AppendResult, RecordedEvent, Recovery, SessionInfo, VerifyReport
+from eventstore.core.turn_rules import RecoveryStatus
 from eventstore.core.turn_view import Turn
 from eventstore.engine import catalogue
 from eventstore.engine import turns as streaming
@@ -173,6 +174,10 @@ class AsyncEventStore(StoreBase):
     async def recover(self, session: str, *, stale_after: float = 30.0) -> Recovery | None:
         """Twin of :meth:`EventStore.recover <eventstore.EventStore.recover>`."""
         return await run(streaming.recover, self._engine, session, stale_after=stale_after)
+
+    async def recovery_status(self, session: str, *, stale_after: float = 30.0) -> RecoveryStatus:
+        """Twin of :meth:`EventStore.recovery_status <eventstore.EventStore.recovery_status>`."""
+        return await run(streaming.recovery_status_of, self._engine, session, stale_after=stale_after)
 
     async def close_session(self, session: str, *, reason: str | None = None) -> None:
         """Twin of :meth:`EventStore.close_session <eventstore.EventStore.close_session>`."""

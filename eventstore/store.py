@@ -34,6 +34,7 @@ from eventstore.core.diff import SessionDiff
 from eventstore.core.feed_rules import Follower
 from eventstore.core.models import Action, SessionState
 from eventstore.core.records import AppendResult, RecordedEvent, Recovery, SessionInfo, VerifyReport
+from eventstore.core.turn_rules import RecoveryStatus
 from eventstore.core.turn_view import Turn
 from eventstore.engine import catalogue
 from eventstore.engine import turns as streaming
@@ -212,7 +213,9 @@ class EventStore(StoreBase):
         ``turn.write(part)`` buffers; the writes of every turn open on this store are
         committed together, one transaction per flush. Step-ending parts (``tool-call``,
         ``tool-result``, ``tool-error``, ``finish``, ``error``, ``toolPhase``, ``stop``) are
-        durable when ``write`` returns; deltas within ``max_delay`` seconds. A stop appended
+        durable when ``write`` returns; deltas within ``max_delay`` seconds (while the
+        database takes no commit, ``write`` waits once a delta is ``max_delay`` old, so
+        that stays true). A stop appended
         by anyone ends the turn (``turn.stopped``; buffered parts are dropped and counted in
         ``turn.dropped``; later writes raise :class:`~eventstore.TurnStopped`). Leaving the
         block with an exception flushes, appends an interruption ``error`` part and
@@ -250,11 +253,25 @@ class EventStore(StoreBase):
         """
         return streaming.recover(self._engine, session, stale_after=stale_after)
 
+    def recovery_status(self, session: str, *, stale_after: float = 30.0) -> RecoveryStatus:
+        """Whether :meth:`recover` would interrupt the session now, and if not, why not
+        (``not-streaming``, ``writer-alive``, ``closed``) and, for a live writer, when it
+        becomes recoverable (``recoverable_at``). Writes nothing.
+
+        Raises:
+            InvalidEvent: an argument is malformed.
+            SessionNotFound: no such session.
+            SessionErased: it was erased.
+        """
+        return streaming.recovery_status_of(self._engine, session, stale_after=stale_after)
+
     def close_session(self, session: str, *, reason: str | None = None) -> None:
         """Close a session to writes: later appends, turns and branches into it raise
         :class:`~eventstore.SessionClosed`; reads, branches from it and diffs still work,
-        and :meth:`sessions` shows it closed with the reason. A live turn on it stops at
-        its next flush.
+        and :meth:`sessions` shows it closed with the reason. A session still streaming
+        (a live turn, or one whose writer died) is ended first, in the same transaction, with
+        the interruption error part (actor ``"close"``), so it is never left stuck; a live
+        turn on it stops at its next flush, its unflushed parts dropped.
 
         Raises:
             InvalidEvent: an argument is malformed.

@@ -33,7 +33,7 @@ from eventstore import (
     SessionNotFound,
     generate_keypair,
 )
-from eventstore.core.codec import recorded_hash
+from eventstore.core.codec import recorded_hash, state_digest
 from eventstore.samples import chat_session
 import frozen_ddl
 from eventstore.core.rows import ZERO_HASH, EventRow
@@ -104,6 +104,26 @@ def test_a_rewritten_baseline_snapshot_fails_verify(store: EventStore, raw_engin
     assert not report.ok  # ...and verify says so
     assert ("s", "baseline-mismatch") in _kinds(report)
     assert any(p.version == 24 for p in report.problems)
+
+
+def test_a_checkpoint_anchors_the_baseline_state(store: EventStore, raw_engine: Engine, backend: str) -> None:
+    store.append("s", chat_session(turns=1, seed=5))
+    store.compact("s", upto=24)
+    cp = store.checkpoint(KEYS[0])
+    assert store.verify(checkpoint=cp, public_key=KEYS[1]).ok
+    # The owner rewrites the baseline snapshot AND the digest its compaction recorded.
+    _forge_baseline(raw_engine, "s", 24)
+    forged = store.load("s", version=24).to_json()
+    assert "FORGED" in json.dumps(forged)
+    with attacker(raw_engine, backend) as conn:
+        conn.execute(
+            text("UPDATE compactions SET state_digest = :d WHERE session_pk = :p"),
+            {"d": state_digest(forged), "p": _pk(conn, "s")},
+        )
+    assert store.verify().ok  # consistent with its own record...
+    report = store.verify(checkpoint=Checkpoint.from_json(cp.to_json()), public_key=KEYS[1])
+    assert not report.ok  # ...but not with the signed anchor
+    assert _kinds(report) == {("s", "baseline_rewritten")}
 
 
 def test_a_baseline_without_compaction_record_is_a_distinct_finding(

@@ -36,13 +36,13 @@ def keys() -> tuple[bytes, bytes]:
 def anchored() -> list[SessionHead]:
     return [
         SessionHead("s1", 10, h("s1@10")),
-        SessionHead("s2", 40, h("s2@40"), baseline=20, baseline_hash=h("s2@20")),
+        SessionHead("s2", 40, h("s2@40"), baseline=20, baseline_hash=h("s2@20"), baseline_digest=h("s2 state@20")),
         SessionHead("ada@example.com", 3, h("ada@3")),
     ]
 
 
 def same(a: SessionHead) -> CurrentSession:
-    return CurrentSession(a.id, a.head, a.head_hash, a.baseline, a.baseline_hash, a.head_hash)
+    return CurrentSession(a.id, a.head, a.head_hash, a.baseline, a.baseline_hash, a.head_hash, a.baseline_digest)
 
 
 def test_keypair_is_ed25519_pem_and_loads(keys: tuple[bytes, bytes]) -> None:
@@ -75,10 +75,10 @@ def test_json_round_trip_is_equal_and_sorted(keys: tuple[bytes, bytes]) -> None:
     assert [s.id for s in cp.sessions] == ["ada@example.com", "s1", "s2"]
     obj = orjson.loads(text)
     assert obj["created_at"] == "2026-11-30T12:00:00.123456Z"
-    assert obj["kind"] == "eventstore.core.checkpoints" and obj["format"] == 1
+    assert obj["kind"] == "eventstore.core.checkpoints" and obj["format"] == 2
     assert obj["sessions"][2] == {
         "id": "s2", "head": 40, "head_hash": h("s2@40").hex(),
-        "baseline": 20, "baseline_hash": h("s2@20").hex(),
+        "baseline": 20, "baseline_hash": h("s2@20").hex(), "baseline_digest": h("s2 state@20").hex(),
     }
     # The signature covers exactly the object without it, keys sorted, no whitespace.
     del obj["signature"]
@@ -107,7 +107,7 @@ def test_edited_fields_are_refused_or_fail_the_signature(keys: tuple[bytes, byte
         if edit == "extra":
             o["x"] = 1
         elif edit == "format":
-            o["format"] = 2
+            o["format"] = 3
         else:
             o["sessions"][0]["head_hash"] = o["sessions"][0]["head_hash"].upper()
         with pytest.raises(CheckpointError):
@@ -118,6 +118,40 @@ def test_edited_fields_are_refused_or_fail_the_signature(keys: tuple[bytes, byte
     assert [(p.session, p.kind) for p in problems] == [(None, "bad_signature")]
     other_public = generate_keypair()[1]
     assert check_checkpoint(cp, other_public, [])[0].kind == "bad_signature"
+
+
+def _format_1(heads: list[SessionHead], private: bytes) -> Checkpoint:
+    """A checkpoint as the first format wrote it: no baseline digests."""
+    old = tuple(sorted((SessionHead(a.id, a.head, a.head_hash, a.baseline, a.baseline_hash) for a in heads), key=lambda a: a.id))
+    unsigned = Checkpoint(sessions=old, created_at=WHEN, origin="db", signature=bytes(64), format=1)
+    signature = load_private_key(private).sign(unsigned.signed_bytes())
+    return Checkpoint(sessions=old, created_at=WHEN, origin="db", signature=signature, format=1)
+
+
+def test_the_baseline_state_is_anchored_and_format_1_still_verifies(keys: tuple[bytes, bytes]) -> None:
+    cp = sign_checkpoint(anchored(), keys[0], origin="db", created_at=WHEN)
+    s2 = cp.session("s2")
+    assert s2 is not None
+    # The baseline snapshot rewritten with its compaction record: same hashes, another state.
+    swapped = [same(a) if a.id != "s2" else CurrentSession("s2", 40, s2.head_hash, 20, s2.baseline_hash, s2.head_hash, h("forged"))
+               for a in anchored()]
+    assert [(p.session, p.kind) for p in check_checkpoint(cp, keys[1], swapped)] == [("s2", "baseline_rewritten")]
+    # Compacted further since: the anchored baseline's state is no longer served, nothing to compare.
+    later = [same(a) if a.id != "s2" else CurrentSession("s2", 40, s2.head_hash, 30, h("s2@30"), s2.head_hash, h("x"))
+             for a in anchored()]
+    assert check_checkpoint(cp, keys[1], later) == []
+    old = _format_1(anchored(), keys[0])
+    text = old.to_json()
+    assert orjson.loads(text)["format"] == 1 and "baseline_digest" not in orjson.loads(text)["sessions"][2]
+    again = Checkpoint.from_json(text)
+    assert again == old and again.to_json() == text
+    assert check_checkpoint(again, keys[1], [same(a) for a in anchored()]) == []
+    with pytest.raises(CheckpointError):  # a format 1 checkpoint has no digest member
+        doc = orjson.loads(text)
+        doc["sessions"][2]["baseline_digest"] = None
+        Checkpoint.from_json(orjson.dumps(doc))
+    with pytest.raises(CheckpointError):
+        SessionHead("a", 3, h("a"), baseline_digest=h("d"))  # a digest without a baseline
 
 
 def test_sign_refuses_bad_input(keys: tuple[bytes, bytes]) -> None:

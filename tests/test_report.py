@@ -132,6 +132,21 @@ def test_everything_from_the_log_is_escaped(store: EventStore) -> None:
     assert p.tags.count("style") == 1
 
 
+def test_bidi_overrides_and_controls_are_neutralised_as_in_the_cli(store: EventStore) -> None:
+    from eventstore import visible
+    from eventstore_cli.terminal import safe
+
+    text = "Please \u202eapprove\u202c the \u2066refund\u2069\x1b[31m now\u200b"
+    store.append("bidi", [{"type": "send", "id": "u-\u202e1", "text": text}], actor="ada\u202e")
+    page = store.report("bidi")
+    for raw in ("\u202e", "\u202c", "\u2066", "\u2069", "\x1b", "\u200b"):
+        assert raw not in page
+    body = _Page(page).body
+    assert visible(text, multiline=True) in body  # shown as visible escapes...
+    assert "Please \\u202eapprove" in body
+    assert safe(text) == visible(text)  # ...by the one rule the CLI uses
+
+
 def test_long_outputs_fold_and_many_turns_start_collapsed(store: EventStore) -> None:
     big = {"rows": [{"n": i, "text": "x" * 40} for i in range(60)]}
     actions = []

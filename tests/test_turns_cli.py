@@ -52,7 +52,7 @@ def test_recover_and_sessions_show_interrupted_and_closed(db_url: str) -> None:
         )
         store.close_session("s2", reason="user left")
     out = invoke(db_url, "recover", "s1", "--stale-after", "3600").stdout
-    assert "nothing to recover" in out
+    assert "nothing to recover in s1: its writer is alive" in out and "becomes recoverable at" in out
     # The last write ages past the stale_after below (a lease only ever gets older).
     deadline = time.monotonic() + 30
     out = invoke(db_url, "recover", "s1", "--stale-after", "0.01").stdout
@@ -63,6 +63,8 @@ def test_recover_and_sessions_show_interrupted_and_closed(db_url: str) -> None:
         json.loads(invoke(db_url, "recover", "s1", "--stale-after", "0.01", "--json").stdout)
         is None
     )
+    out = invoke(db_url, "recover", "s1", "--stale-after", "0.01").stdout
+    assert "nothing to recover in s1: it is not streaming (its status is error)" in out
     table = invoke(db_url, "sessions").stdout
     assert "interrupted" in table and "closed: user left" in table
     rows = {r["id"]: r for r in json.loads(invoke(db_url, "sessions", "--json").stdout)}

@@ -49,6 +49,21 @@ class BlockingAsyncStore:
             return lambda *a, **k: self._loop.run_until_complete(attr(*a, **k))
         return attr
 
+    def take(self, name: str, n: int, *args: Any, **kwargs: Any) -> list[Any]:
+        """The first ``n`` items of an async iterator method (``feed``, ``follow``), which may
+        never end by itself."""
+
+        async def first() -> list[Any]:
+            out: list[Any] = []
+            if n > 0:
+                async for x in getattr(self._async, name)(*args, **kwargs):
+                    out.append(x)
+                    if len(out) == n:
+                        break
+            return out
+
+        return self._loop.run_until_complete(first())
+
     def close(self) -> None:
         if not self._loop.is_closed():
             self._loop.run_until_complete(self._async.close())

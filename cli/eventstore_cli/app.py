@@ -684,12 +684,12 @@ def recover(
     """
     with open_store(ctx) as store:
         r = store.recover(session, stale_after=stale_after)
+        why = store.recovery_status(session, stale_after=stale_after) if r is None else None
     if as_json:
         print_json(None if r is None else r.to_json())
     elif r is None:
-        typer.echo(
-            f"nothing to recover in {safe(session)}: it is not streaming, or its writer is alive"
-        )
+        assert why is not None
+        typer.echo(f"nothing to recover in {safe(session)}: {safe(why.message())}")
     else:
         typer.echo(
             f"recovered {safe(session)}: interrupted at version {r.version}; "

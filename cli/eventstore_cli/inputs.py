@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
+from eventstore import check_json_text
+
 from .errors import fail
 
 __all__ = ["read_actions", "loads_strict"]
@@ -35,13 +37,16 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def loads_strict(text: str) -> Any:
-    """``json.loads`` that refuses duplicate keys and unconvertible integers.
+    """``json.loads`` that refuses duplicate keys and unconvertible integers, and text
+    nested too deeply (before parsing it, so a hostile file costs no memory).
 
     Raises:
+        InvalidEvent: the text is nested deeper than an action may be.
         json.JSONDecodeError: the text is not JSON.
         ValueError: a key is repeated in one object, or a number cannot be converted;
             the message says which.
     """
+    check_json_text(text)
     return json.loads(text, object_pairs_hook=_no_duplicates)
 
 

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FORMAT",
+    "FORMATS",
     "KIND",
     "HASH_SIZE",
     "SessionHead",
@@ -58,8 +59,11 @@ __all__ = [
     "check_checkpoint",
 ]
 
-#: The checkpoint format this module writes and reads.
-FORMAT = 1
+#: The checkpoint format this module writes. Format 2 adds each session's
+#: ``baseline_digest``; format 1 checkpoints (without it) are still read and verified.
+FORMAT = 2
+#: Every format :meth:`Checkpoint.from_json` reads.
+FORMATS = (1, 2)
 #: Names what the signed bytes are, so a signature can never be replayed as another kind.
 KIND = "eventstore.core.checkpoints"
 #: Bytes of a chain hash (SHA-256).
@@ -158,6 +162,10 @@ class SessionHead:
             its fork version, the hash at that version of its parent).
         baseline: its compaction baseline (0: never compacted).
         baseline_hash: the chain hash at ``baseline`` (``None`` when never compacted).
+        baseline_digest: the SHA-256 of the baseline state's canonical JSON
+            (:func:`eventstore.core.codec.state_digest`), so a baseline snapshot rewritten
+            together with its compaction record is still caught (``None`` when never
+            compacted, and in format 1 checkpoints, which did not anchor it).
     """
 
     id: str
@@ -165,6 +173,7 @@ class SessionHead:
     head_hash: bytes
     baseline: int = 0
     baseline_hash: bytes | None = None
+    baseline_digest: bytes | None = None
 
     def __post_init__(self) -> None:
         _check_id(self.id)
@@ -179,32 +188,42 @@ class SessionHead:
             _check_hash(self.baseline_hash, f"baseline hash of session {self.id!r}")
         elif self.baseline:
             raise CheckpointError(f"session {self.id!r}: a baseline needs its hash")
+        if self.baseline_digest is not None:
+            _check_hash(self.baseline_digest, f"baseline digest of session {self.id!r}")
+            if not self.baseline:
+                raise CheckpointError(f"session {self.id!r}: a baseline digest needs a baseline")
 
-    def to_json(self) -> dict[str, Any]:
-        """The session's JSON object inside a checkpoint."""
-        return {
+    def to_json(self, fmt: int = FORMAT) -> dict[str, Any]:
+        """The session's JSON object inside a checkpoint of format ``fmt``."""
+        obj: dict[str, Any] = {
             "id": self.id,
             "head": self.head,
             "head_hash": self.head_hash.hex(),
             "baseline": self.baseline,
             "baseline_hash": None if self.baseline_hash is None else self.baseline_hash.hex(),
         }
+        if fmt >= 2:
+            obj["baseline_digest"] = None if self.baseline_digest is None else self.baseline_digest.hex()
+        return obj
 
     @classmethod
-    def from_json(cls, obj: Any) -> SessionHead:
-        """Parse :meth:`to_json`'s object.
+    def from_json(cls, obj: Any, fmt: int = FORMAT) -> SessionHead:
+        """Parse :meth:`to_json`'s object (of a checkpoint of format ``fmt``).
 
         Raises:
             CheckpointError: a member is missing, of the wrong type, or not valid.
         """
-        m = _members(obj, "session", ("id", "head", "head_hash", "baseline", "baseline_hash"))
+        names = ("id", "head", "head_hash", "baseline", "baseline_hash")
+        m = _members(obj, "session", names + (("baseline_digest",) if fmt >= 2 else ()))
         baseline_hash = m["baseline_hash"]
+        digest = m.get("baseline_digest")
         return cls(
             id=_str(m["id"], "session id"),
             head=_int(m["head"], "head"),
             head_hash=_unhex(m["head_hash"], "head_hash"),
             baseline=_int(m["baseline"], "baseline"),
             baseline_hash=None if baseline_hash is None else _unhex(baseline_hash, "baseline_hash"),
+            baseline_digest=None if digest is None else _unhex(digest, "baseline_digest"),
         )
 
 
@@ -231,12 +250,14 @@ class Checkpoint:
     )
 
     def __post_init__(self) -> None:
-        if self.format != FORMAT:
+        if self.format not in FORMATS:
             raise CheckpointError(f"checkpoint format {self.format!r} is not supported")
         if not isinstance(self.sessions, tuple) or not all(
             isinstance(s, SessionHead) for s in self.sessions
         ):
             raise CheckpointError("a checkpoint's sessions must be a tuple of SessionHead")
+        if self.format < 2 and any(s.baseline_digest is not None for s in self.sessions):
+            raise CheckpointError("a format 1 checkpoint anchors no baseline digest")
         ids = [s.id for s in self.sessions]
         if ids != sorted(ids) or len(set(ids)) != len(ids):
             raise CheckpointError("a checkpoint's sessions must be unique and sorted by id")
@@ -282,6 +303,9 @@ class Checkpoint:
         sessions = m["sessions"]
         if not isinstance(sessions, list):
             raise CheckpointError("a checkpoint's sessions must be a list")
+        fmt = _int(m["format"], "format")
+        if fmt not in FORMATS:
+            raise CheckpointError(f"checkpoint format {fmt!r} is not supported")
         created = _str(m["created_at"], "created_at")
         try:
             created_at = datetime.fromisoformat(created.replace("Z", "+00:00"))
@@ -290,11 +314,11 @@ class Checkpoint:
         if created_at.tzinfo is None:
             raise CheckpointError(f"created_at {created!r} has no time zone")
         return cls(
-            sessions=tuple(SessionHead.from_json(s) for s in sessions),
+            sessions=tuple(SessionHead.from_json(s, fmt) for s in sessions),
             created_at=created_at.astimezone(timezone.utc),
             origin=_str(m["origin"], "origin"),
             signature=_unhex(m["signature"], "signature"),
-            format=_int(m["format"], "format"),
+            format=fmt,
         )
 
 
@@ -352,6 +376,9 @@ class CurrentSession:
             recorded for that version when compaction removed the row; ``None`` when
             neither exists (the version is beyond the head, or the row is gone without a
             compaction record).
+        baseline_digest: the digest of the baseline state the database serves now (see
+            :attr:`SessionHead.baseline_digest`; ``None`` when never compacted, or when
+            not read because the checkpoint anchors none).
     """
 
     id: str
@@ -360,6 +387,7 @@ class CurrentSession:
     baseline: int
     baseline_hash: bytes | None
     hash_at_anchor: bytes | None
+    baseline_digest: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -457,7 +485,8 @@ def check_checkpoint(
       there): ``rewritten`` — an anchored event was changed, removed, reordered or the
       chain was recomputed;
     - baseline now below the anchored one: ``baseline_moved_back``; at the same version
-      with another hash: ``baseline_rewritten``.
+      with another hash, or (format 2) serving another state than the anchored digest:
+      ``baseline_rewritten``.
 
     Sessions that only grew, or were compacted through the API (their compaction record
     keeps the hash of every version it removed), yield nothing. Sessions not in the
@@ -564,6 +593,13 @@ def _check_one(
             "baseline_rewritten",
             f"{at}: the hash at its baseline {a.baseline} is not the anchored one",
         )
+    if c.baseline == a.baseline and a.baseline_digest is not None and c.baseline_digest != a.baseline_digest:
+        return CheckpointProblem(
+            sid,
+            "baseline_rewritten",
+            f"{at}: the state served at its baseline {a.baseline} is not the anchored one "
+            "(the baseline snapshot was rewritten)",
+        )
     return None
 
 
@@ -580,7 +616,7 @@ def _body(
         .isoformat(timespec="microseconds")
         .replace("+00:00", "Z"),
         "origin": origin,
-        "sessions": [s.to_json() for s in sessions],
+        "sessions": [s.to_json(fmt) for s in sessions],
     }
 
 

@@ -92,6 +92,13 @@ PENDING_POLL = 0.05
 RETRY_FIRST = 0.1
 RETRY_MAX = 2.0
 
+#: The largest transaction id, session key and version a position can carry: positions
+#: come from 64-bit transaction ids (with headroom for the bands added to them) and the
+#: 32-bit session key and version columns.
+MAX_XACT = 2**62
+MAX_PK = 2**31 - 1
+MAX_POSITION_VERSION = 2**31 - 1
+
 # %-formatting: a third of the time of the same f-string, once per event the feed reads.
 _POSITION_FORMAT = "%016x.%08x.%08x"
 _POSITION = re.compile(r"([0-9a-f]{16})\.([0-9a-f]{8})\.([0-9a-f]{8})")
@@ -133,7 +140,15 @@ def parse_position(value: Any, what: str = "after") -> FeedKey | None:
             f"{what} must be a feed position (as an event's `position` gives it) or None, got {value!r}",
             field=what,
         )
-    return FeedKey(int(m.group(1), 16), int(m.group(2), 16), int(m.group(3), 16))
+    key = FeedKey(int(m.group(1), 16), int(m.group(2), 16), int(m.group(3), 16))
+    # The format has room for more than the store ever hands out: a forged key beyond the
+    # columns' range must be refused here, not reach the database as an overflow.
+    if key.xact > MAX_XACT or key.session_pk > MAX_PK or key.version > MAX_POSITION_VERSION:
+        raise InvalidEvent(
+            f"{what} is not a feed position this store hands out (out of range): {value!r}",
+            field=what,
+        )
+    return key
 
 
 @dataclass(frozen=True, slots=True)

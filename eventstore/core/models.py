@@ -20,7 +20,6 @@ treat everything reachable from ``state.messages`` or ``state.to_json()`` as imm
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal, Union
 
@@ -37,6 +36,14 @@ from pydantic import (
 )
 from typing_extensions import NotRequired, TypedDict
 
+from eventstore.core.json_limits import (
+    MAX_JSON_DEPTH,
+    MAX_STATE_DEPTH,
+    check_json,
+    check_json_text,
+    is_plain_json,
+    json_type,
+)
 from eventstore.errors import InvalidEvent, InvalidState
 
 __all__ = [
@@ -190,7 +197,7 @@ class SessionState(BaseModel):
         # store them, so refuse them here rather than at the next write.
         if isinstance(data, Mapping):
             try:
-                check_json(data)
+                check_json(data, max_depth=MAX_STATE_DEPTH)
             except InvalidEvent as exc:
                 raise ValueError(str(exc)) from None
         return data
@@ -482,123 +489,8 @@ _ACTIONS_ADAPTER: TypeAdapter[Any] = TypeAdapter(list[Action], config=_DEFERRED)
 
 # --------------------------------------------------------------------------- parsing
 
-_INT_MIN = -(2**63)
-_INT_MAX = 2**64 - 1  # orjson stores signed and unsigned 64-bit integers
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, Mapping):
-        return "object"
-    if isinstance(value, (list, tuple)):
-        return "array"
-    return type(value).__name__
-
-
 def _join(path: str, key: str | int) -> str:
     return f"{path}.{key}" if path else str(key)
-
-
-def check_json(value: Any, path: str = "") -> None:
-    """Refuse anything JSON (and so the store) cannot carry.
-
-    Accepts dicts with string keys, lists, strings, booleans, ``None``, integers within
-    64 bits and finite floats, nested arbitrarily.
-
-    Args:
-        value: the value to check.
-        path: dotted location of ``value``, used in the error.
-
-    Raises:
-        InvalidEvent: at the first offending value, with ``field`` set to its dotted path
-            (e.g. ``part.input.items.2``).
-    """
-    # Iterative walk: tool input/output can be deeply nested and must not hit the
-    # recursion limit.
-    stack: list[tuple[Any, str]] = [(value, path)]
-    while stack:
-        v, p = stack.pop()
-        t = type(v)
-        if t is str:
-            if not v.isascii():
-                try:
-                    v.encode("utf-8")
-                except UnicodeEncodeError:
-                    raise InvalidEvent(
-                        "string contains a lone surrogate (not valid Unicode text)",
-                        field=p or None,
-                    ) from None
-        elif t is dict:
-            for k, item in v.items():
-                if type(k) is not str:
-                    raise InvalidEvent(
-                        f"object keys must be strings, got {_json_type(k)} {k!r}",
-                        field=p or None,
-                    )
-                stack.append((k, p))
-                stack.append((item, _join(p, k)))
-        elif t is list:
-            for i, item in enumerate(v):
-                stack.append((item, _join(p, i)))
-        elif t is float:
-            if not math.isfinite(v):
-                raise InvalidEvent(
-                    f"{v!r} is not a JSON number (NaN and Infinity cannot be stored)",
-                    field=p or None,
-                )
-        elif t is int:
-            if not _INT_MIN <= v <= _INT_MAX:
-                raise InvalidEvent("integer does not fit in 64 bits", field=p or None)
-        elif v is None or t is bool:
-            pass
-        else:
-            raise InvalidEvent(
-                f"expected a JSON value, got {_json_type(v)}", field=p or None
-            )
-
-
-def _is_plain_json(value: Any) -> bool:
-    """:func:`check_json` without the error: ``True`` when it would accept ``value``.
-
-    The hot path of a batch append: no location strings are built (those are only
-    needed for the error, which :func:`check_json` then produces).
-    """
-    stack: list[Any] = [value]
-    pop, push, extend = stack.pop, stack.append, stack.extend
-    isfinite = math.isfinite
-    while stack:
-        v = pop()
-        t = type(v)
-        if t is str:
-            if not v.isascii():
-                try:
-                    v.encode("utf-8")
-                except UnicodeEncodeError:
-                    return False
-        elif t is dict:
-            for k in v:
-                if type(k) is not str:
-                    return False
-                push(k)
-            extend(v.values())
-        elif t is list:
-            extend(v)
-        elif t is int:
-            if not _INT_MIN <= v <= _INT_MAX:
-                return False
-        elif t is float:
-            if not isfinite(v):
-                return False
-        elif v is not None and t is not bool:
-            return False
-    return True
 
 
 def _loc_to_field(loc: tuple[int | str, ...], obj: Mapping[str, Any]) -> tuple[str, ...]:
@@ -654,21 +546,23 @@ def _reason(err: Mapping[str, Any], field: str) -> str:
         tag = err.get("ctx", {}).get("tag", got)
         return f"unknown {what} type {tag!r}; valid types: {listed}"
     if kind in ("string_type", "str_type"):
-        return f"expected a string, got {_json_type(got)}"
+        return f"expected a string, got {json_type(got)}"
     if kind in ("model_type", "dict_type", "model_attributes_type"):
-        return f"expected an object, got {_json_type(got)}"
+        return f"expected an object, got {json_type(got)}"
     if kind == "literal_error":
         expected = err.get("ctx", {}).get("expected", "")
         return f"expected {expected}, got {got!r}"
-    return f"{err['msg']} (got {_json_type(got)})"
+    return f"{err['msg']} (got {json_type(got)})"
 
 
-def parse_action(obj: Mapping[str, Any] | Action) -> Action:
+def parse_action(obj: Mapping[str, Any] | Action, *, max_bytes: int | None = None) -> Action:
     """Validate one action (a JSON object in the wire shape) into its model.
 
     Args:
         obj: a dict as decoded from JSON, or an already validated action model (returned
             as is).
+        max_bytes: when given, refuse an action whose strings alone exceed it, before
+            validating or encoding it (see :func:`eventstore.core.json_limits.check_json`).
 
     Returns:
         The validated action: one of :class:`SendAction`, :class:`PartAction`,
@@ -678,15 +572,16 @@ def parse_action(obj: Mapping[str, Any] | Action) -> Action:
     Raises:
         InvalidEvent: when ``obj`` is not a JSON object, has an unknown ``type``, lacks a
             field, has an unknown field or a field of the wrong type, or carries something
-            JSON cannot (NaN, Infinity, lone surrogates). ``field`` is the dotted location
-            (``"part.messageId"``) and ``reason`` says what is wrong.
+            JSON cannot (NaN, Infinity, lone surrogates), or is nested deeper than
+            :data:`~eventstore.core.json_limits.MAX_JSON_DEPTH` levels. ``field`` is the
+            dotted location (``"part.messageId"``) and ``reason`` says what is wrong.
     """
     if isinstance(obj, _ACTION_CLASSES):
         return obj
     if not isinstance(obj, Mapping):
-        raise InvalidEvent(f"an action must be a JSON object, got {_json_type(obj)}")
+        raise InvalidEvent(f"an action must be a JSON object, got {json_type(obj)}")
     data = obj if type(obj) is dict else dict(obj)
-    check_json(data)
+    check_json(data, max_bytes=max_bytes, what="the action")
     try:
         # by_name=False: the wire is camelCase only; snake_case names are for Python callers.
         action: Action = _ACTION_ADAPTER.validate_python(data, by_alias=True, by_name=False)
@@ -712,7 +607,7 @@ def parse_state(obj: Mapping[str, Any] | SessionState) -> SessionState:
     if isinstance(obj, SessionState):
         return obj
     if not isinstance(obj, Mapping):
-        raise InvalidState(f"a state must be a JSON object, got {_json_type(obj)}")
+        raise InvalidState(f"a state must be a JSON object, got {json_type(obj)}")
     try:
         return SessionState.model_validate(obj)
     except ValidationError as exc:
@@ -721,11 +616,14 @@ def parse_state(obj: Mapping[str, Any] | SessionState) -> SessionState:
         raise InvalidState(_reason(first, field), field=field or None) from None
 
 
-def parse_actions(actions: Iterable[Mapping[str, Any] | Action]) -> list[Action]:
+def parse_actions(
+    actions: Iterable[Mapping[str, Any] | Action], *, max_bytes: int | None = None
+) -> list[Action]:
     """Validate a batch of actions; the error names the offending position.
 
     Args:
         actions: dicts as decoded from JSON, or action models.
+        max_bytes: as for :func:`parse_action`, per action.
 
     Returns:
         The validated actions, in order.
@@ -734,7 +632,7 @@ def parse_actions(actions: Iterable[Mapping[str, Any] | Action]) -> list[Action]
         InvalidEvent: for the first malformed action, with ``index`` set to its position.
     """
     items = actions if type(actions) is list else list(actions)
-    if items and all(type(a) is dict for a in items) and _is_plain_json(items):
+    if items and all(type(a) is dict and is_plain_json(a, MAX_JSON_DEPTH, max_bytes) for a in items):
         # Fast path: one pydantic-core call for the batch. On any problem, fall through to
         # the per-action loop, which finds the first bad action and words the error.
         try:
@@ -747,7 +645,7 @@ def parse_actions(actions: Iterable[Mapping[str, Any] | Action]) -> list[Action]
     out: list[Action] = []
     for i, obj in enumerate(items):
         try:
-            out.append(parse_action(obj))
+            out.append(parse_action(obj, max_bytes=max_bytes))
         except InvalidEvent as exc:
             raise InvalidEvent(exc.reason, field=exc.field, index=i) from None
     return out
@@ -765,6 +663,7 @@ def parse_action_json(data: bytes | bytearray | memoryview | str) -> Action:
     Raises:
         InvalidEvent: when the text is not valid JSON or not a valid action.
     """
+    check_json_text(data if not isinstance(data, memoryview) else bytes(data), what="the action")
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError as exc:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -23,6 +24,7 @@ from eventstore.core.appends import head_after
 from eventstore.core.codec import canonical
 from eventstore.core.models import WireModel, parse_actions
 from eventstore.core.records import SessionInfo, to_datetime
+from eventstore.core.text import iso
 from eventstore.core.rows import EventRow, SessionControl, SessionRow
 from eventstore.errors import InvalidEvent, SessionClosed, TurnStopped
 
@@ -34,11 +36,13 @@ __all__ = [
     "INTERRUPTION",
     "MAX_PENDING",
     "Pending",
+    "RecoveryStatus",
     "TurnState",
     "ends_run",
     "event_id",
     "is_urgent",
     "opening_action",
+    "recovery_status",
     "session_info",
     "turn_action",
     "writer_stale",
@@ -66,21 +70,22 @@ _ACTION_TYPES = frozenset({"send", "part", "toolPhase", "stop", "retry", "reset"
 _IN_TURN = frozenset({"part", "toolPhase", "stop"})
 
 
-def _validated(action: Any) -> dict[str, Any]:
+def _validated(action: Any, max_bytes: int | None) -> dict[str, Any]:
     # parse_actions: its fast path (one pydantic-core call, no error paths built) is about
     # 3x cheaper than parse_action for a well-formed action, the common case.
     try:
-        return parse_actions([action])[0].to_json()
+        return parse_actions([action], max_bytes=max_bytes)[0].to_json()
     except InvalidEvent as exc:
         raise InvalidEvent(exc.reason, field=exc.field) from None  # one action, no index
 
 
-def turn_action(part: Any) -> dict[str, Any]:
+def turn_action(part: Any, max_bytes: int | None = None) -> dict[str, Any]:
     """The action a turn writes for ``part``, validated.
 
     A stream part (a dict, or a part model) is wrapped as ``{"type": "part", "part": ...}``;
     a dict with a top-level action type (``toolPhase``, ``stop``, ``part`` with
-    ``within``) or an action model is written as given.
+    ``within``) or an action model is written as given. With ``max_bytes``, one whose
+    text alone is larger is refused before it is validated or encoded.
 
     Raises:
         InvalidEvent: it is malformed, or it is a ``send``, ``retry`` or ``reset`` (a new
@@ -100,18 +105,18 @@ def turn_action(part: Any) -> dict[str, Any]:
             raise InvalidEvent(
                 f"a {kind!r} action starts a new turn; open one with store.turn()", field="type"
             )
-        return _validated(data)
-    return _validated({"type": "part", "part": dict(data)})
+        return _validated(data, max_bytes)
+    return _validated({"type": "part", "part": dict(data)}, max_bytes)
 
 
-def opening_action(action: Any) -> dict[str, Any]:
+def opening_action(action: Any, max_bytes: int | None = None) -> dict[str, Any]:
     """The validated action that opens a turn: a ``send`` (or a ``retry``, to continue
-    after an interruption).
+    after an interruption); ``max_bytes`` as for :func:`turn_action`.
 
     Raises:
         InvalidEvent: it is malformed or of another type.
     """
-    a = _validated(action) if action is not None else None
+    a = _validated(action, max_bytes) if action is not None else None
     if a is None or a["type"] not in ("send", "retry"):
         raise InvalidEvent(
             "a turn opens with a send action (or a retry to continue an interrupted reply)",
@@ -172,6 +177,77 @@ def writer_stale(control: SessionControl, now: int, stale_after: float) -> bool:
     if seen is None:
         return True
     return now - seen > stale_after * 1_000_000
+
+
+@dataclass(frozen=True)
+class RecoveryStatus:
+    """Whether ``recover`` would interrupt a session now, and if not, why not and when.
+
+    Attributes:
+        session: the session.
+        reason: ``"recoverable"`` (``recover`` would write the interruption now),
+            ``"not-streaming"`` (no turn is open: nothing to recover), ``"writer-alive"``
+            (a turn wrote, or renewed its lease, within ``stale_after``), or ``"closed"``
+            (a closed session takes no writes; closing ended any open turn).
+        status: the fold's status (``idle``, ``streaming``, ``error``).
+        last_write: when a writer was last seen (its lease renewal, else the head event's
+            time; ``None`` when never).
+        recoverable_at: when the session becomes recoverable if nothing writes to it
+            meanwhile (only for ``"writer-alive"``; else ``None``).
+    """
+
+    session: str
+    reason: str
+    status: str
+    last_write: datetime | None = None
+    recoverable_at: datetime | None = None
+
+    @property
+    def recoverable(self) -> bool:
+        """``True`` when ``recover`` would interrupt the session now."""
+        return self.reason == "recoverable"
+
+    def message(self) -> str:
+        """One line for a person (the session id is not escaped: the caller shows it)."""
+        if self.reason == "recoverable":
+            return "its writer is gone: recover interrupts the open turn"
+        if self.reason == "closed":
+            return "it is closed (closing ended any open turn)"
+        if self.reason == "not-streaming":
+            return f"it is not streaming (its status is {self.status})"
+        assert self.recoverable_at is not None and self.last_write is not None
+        return (
+            f"its writer is alive (last write {iso(self.last_write)}); it becomes recoverable at "
+            f"{iso(self.recoverable_at)} if nothing writes to it before"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"session", "reason", "recoverable", "status", "last_write", "recoverable_at"}``."""
+        return {
+            "session": self.session,
+            "reason": self.reason,
+            "recoverable": self.recoverable,
+            "status": self.status,
+            "last_write": None if self.last_write is None else iso(self.last_write),
+            "recoverable_at": None if self.recoverable_at is None else iso(self.recoverable_at),
+        }
+
+
+def recovery_status(
+    session: str, control: SessionControl, status: str, now: int, stale_after: float
+) -> RecoveryStatus:
+    """The decision ``recover`` makes, as a value (``control`` with its head event's time)."""
+    seen = control.writer_seen if control.writer is not None else control.head_recorded_at
+    last = None if seen is None else to_datetime(seen)
+    if control.closed_at is not None:
+        return RecoveryStatus(session, "closed", status, last)
+    if status != "streaming":
+        return RecoveryStatus(session, "not-streaming", status, last)
+    if writer_stale(control, now, stale_after):
+        return RecoveryStatus(session, "recoverable", status, last)
+    assert seen is not None
+    at = to_datetime(seen + int(stale_after * 1_000_000))
+    return RecoveryStatus(session, "writer-alive", status, last, at)
 
 
 @dataclass
@@ -239,6 +315,8 @@ class TurnState:
         self.pending: list[Pending] = []
         self.inflight: list[Pending] = []
         self.since: float | None = None
+        # When the oldest event not yet durable was written (``None``: all are durable).
+        self.oldest: float | None = None
         self.last_check = now
         self.durable = 0
         self.stopped = False
@@ -281,6 +359,8 @@ class TurnState:
         its :class:`Pending` entry."""
         p = Pending(self.seq, action, type_, payload, is_urgent(action), native)
         self.seq += 1
+        if not self.buffered:
+            self.oldest = now
         if not self.pending:
             self.since = now
         self.pending.append(p)
@@ -293,8 +373,22 @@ class TurnState:
         and takes the lease only if the head is still :attr:`row`'s and no turn holds it."""
         p = Pending(0, action, type_, payload, True)
         self.pending, self.since, self.wanted, self.leased = [p], now, 0, False
+        self.oldest = now
         self.durable = -1
         return p
+
+    def behind(self, now: float) -> bool:
+        """Whether an event written more than ``max_delay`` ago is still not durable: the
+        database is not taking the flushes (a lock held elsewhere, a stall, retries)."""
+        return self.oldest is not None and now - self.oldest > self.max_delay
+
+    def must_wait(self, p: Pending, release: bool, now: float) -> bool:
+        """Whether ``write`` of ``p`` returns only once ``p`` is durable: it ends a step,
+        or the turn gives its lease up, or the flusher is :meth:`behind`. The last keeps
+        the promise that a write is durable at most ``max_delay`` after it returns: while
+        the database takes no commit, writes stop being acknowledged, so a crash then can
+        lose only what was written within ``max_delay`` before the stall began."""
+        return p.urgent or release or self.behind(now)
 
     @property
     def over(self) -> bool:
@@ -375,6 +469,7 @@ class TurnState:
             if self.inflight[-1].type == "stop":
                 self.stopped, self.stop_version, self.own_stop = True, row.head, True
         self.inflight = []
+        self.oldest = self.since if self.pending else None
         self.row = row
         self.last_check = now
         if released and self.release:

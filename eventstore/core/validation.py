@@ -20,10 +20,15 @@ from eventstore.core.feed_rules import FeedKey, parse_position
 from eventstore.core.models import check_json
 from eventstore.errors import InvalidEvent
 
-__all__ = ["MAX_VERSION", "Limits", "Validator"]
+__all__ = ["MAX_VERSION", "MAX_INT", "MAX_SECONDS", "Limits", "Validator"]
 
 #: Versions are 32-bit integers in the schema.
 MAX_VERSION = 2**31 - 1
+#: The largest integer argument passed on to the database (a 64-bit signed integer).
+MAX_INT = 2**63 - 1
+#: The longest duration accepted (``idle_timeout``, ``stale_after``): about 31 years. Longer
+#: waits overflow the platform's timers; ``None`` is how to wait forever.
+MAX_SECONDS = 1e9
 _CONTROL = re.compile("[\x00-\x1f\x7f]")
 
 
@@ -161,7 +166,7 @@ class Validator:
         Raises:
             InvalidEvent: it is another type (a ``bool``, a string, a float).
         """
-        if value is not None and type(value) is not int:
+        if value is not None and (type(value) is not int or not -MAX_INT <= value <= MAX_INT):
             raise InvalidEvent(f"{what} must be an integer or None, got {value!r}", field=what)
         return value
 
@@ -174,21 +179,25 @@ class Validator:
         """
         if value is None:
             return None
-        if type(value) is not int or value < 0:
-            raise InvalidEvent(f"{what} must be an integer >= 0, got {value!r}", field=what)
+        if type(value) is not int or not 0 <= value <= MAX_INT:
+            raise InvalidEvent(f"{what} must be an integer in 0..2**63-1, got {value!r}", field=what)
         return value
 
     @staticmethod
     def timeout(value: Any, what: str = "idle_timeout") -> float | None:
-        """An optional duration in seconds: ``None`` (no limit) or a finite number >= 0.
+        """An optional duration in seconds: ``None`` (no limit) or a number in
+        ``0..MAX_SECONDS``.
 
         Raises:
-            InvalidEvent: it is another type (a ``bool``, a string), negative or not finite.
+            InvalidEvent: it is another type (a ``bool``, a string), negative, not finite or
+                longer than :data:`MAX_SECONDS`.
         """
         if value is None:
             return None
-        if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
-            raise InvalidEvent(f"{what} must be a number of seconds >= 0 or None, got {value!r}", field=what)
+        if type(value) not in (int, float) or not math.isfinite(value) or not 0 <= value <= MAX_SECONDS:
+            raise InvalidEvent(
+                f"{what} must be a number of seconds in 0..{MAX_SECONDS:.0e} or None, got {value!r}", field=what
+            )
         return float(value)
 
     @staticmethod

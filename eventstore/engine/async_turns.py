@@ -107,11 +107,13 @@ class AsyncTurnWriter:
                 await cond.wait()
             self._raise_if_over(state)
             first = not state.pending
-            p = state.add(action, encoded[0], encoded[1], time.monotonic(), native_bytes)
+            now = time.monotonic()
+            p = state.add(action, encoded[0], encoded[1], now, native_bytes)
             state.release = state.release or release
-            if p.urgent or release or first:
+            wait = state.must_wait(p, release, now)
+            if wait or first:
                 cond.notify_all()
-            if p.urgent or release:
+            if wait:
                 await self._wait(state, p.seq)
         return p
 
@@ -240,7 +242,8 @@ class AsyncStreamingTurn(TurnView):
     async def write(self, part: Mapping[str, Any] | Any, native: Any = None) -> None:
         """Twin of :meth:`eventstore.StreamingTurn.write` (``native``: the event's
         provider-native data)."""
-        await self._writer.add(self._open(), turn_action(part), native=native)
+        action = turn_action(part, self._writer.engine.validate.limits.max_event_bytes)
+        await self._writer.add(self._open(), action, native=native)
 
     async def flush(self) -> int:
         """Twin of :meth:`eventstore.StreamingTurn.flush`."""

@@ -396,7 +396,7 @@ class Engine:
         v.count(expected_version, "expected_version")
         if actions is None or isinstance(actions, (str, bytes, Mapping)) or not isinstance(actions, Iterable):
             raise InvalidEvent("actions must be a list of actions", field="actions")
-        models = parse_actions(actions)
+        models = parse_actions(actions, max_bytes=v.limits.max_event_bytes)
         if not models:
             raise InvalidEvent("an append needs at least one action")
         action_dicts = [m.to_json() for m in models]
@@ -406,7 +406,8 @@ class Engine:
         ids = v.event_ids(event_ids, len(models))
         v.optional_id(actor, "actor")
         if isinstance(metadata, Mapping):
-            check_json(dict(metadata), "metadata")  # orjson would turn NaN into null
+            # orjson would turn NaN into null; and a huge value is refused before it encodes
+            check_json(dict(metadata), "metadata", max_bytes=v.limits.max_event_bytes, what="metadata")
         meta = encode_metadata(metadata)
         if meta is not None:
             v.size(meta, "metadata", field="metadata")

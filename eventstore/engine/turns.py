@@ -36,14 +36,17 @@ from eventstore.core.catalogue import effect as catalogue_effect
 from eventstore.core.codec import encode_action
 from eventstore.core.records import Recovery
 from eventstore.core.reducer import fold_json, resumable
-from eventstore.core.rows import SessionRow, TurnBatch
+from eventstore.core.rows import SessionControl, SessionRow, TurnBatch
+from eventstore.core.validation import MAX_SECONDS
 from eventstore.core.turn_rules import (
     INTERRUPTION,
     MAX_PENDING,
     Pending,
+    RecoveryStatus,
     TurnState,
     event_id,
     opening_action,
+    recovery_status,
     turn_action,
     writer_stale,
 )
@@ -103,14 +106,15 @@ def check_max_delay(value: Any) -> float:
 
 
 def check_stale_after(value: Any) -> float:
-    """``stale_after`` as a float: a finite, positive number of seconds.
+    """``stale_after`` as a float: a positive number of seconds, at most ``MAX_SECONDS``.
 
     Raises:
         InvalidEvent: it is not.
     """
-    if type(value) not in (int, float) or not math.isfinite(value) or value <= 0:
+    if type(value) not in (int, float) or not math.isfinite(value) or not 0 < value <= MAX_SECONDS:
         raise InvalidEvent(
-            f"stale_after must be a positive number of seconds, got {value!r}", field="stale_after"
+            f"stale_after must be a positive number of seconds up to {MAX_SECONDS:.0e}, got {value!r}",
+            field="stale_after",
         )
     return float(value)
 
@@ -226,7 +230,7 @@ class TurnWriter:
                 or (first and now + state.max_delay < min(self._sleeping.values(), default=now))
             ):
                 self._wake.notify()
-            if p.urgent or release:
+            if state.must_wait(p, release, now):
                 self._wait(state, p.seq)
         return p
 
@@ -426,7 +430,8 @@ class StreamingTurn(TurnView):
             StorageError: the database failed for good.
         """
         state = self._open()
-        self._writer.add(state, turn_action(part), native=native)
+        action = turn_action(part, self._writer.engine.validate.limits.max_event_bytes)
+        self._writer.add(state, action, native=native)
 
     def flush(self) -> int:
         """Make everything written so far durable; the head version.
@@ -473,7 +478,7 @@ def prepare_opening(
     v.id(session, "session")
     v.optional_id(actor, "actor")
     delay = check_max_delay(max_delay)
-    action = opening_action(send_action)
+    action = opening_action(send_action, v.limits.max_event_bytes)
     type_, payload = encode_action(action)
     v.size(payload, "the send action", field="send_action")
     token = "t" + uuid.uuid4().hex[:16]
@@ -537,6 +542,7 @@ def flush_turns(
     now_us = now_micros()
     batches: list[TurnBatch] = []
     heads: list[tuple[SessionRow, AppendPlan | None]] = []
+    sent: list[tuple[TurnState, list[Pending], bool]] = []  # the work with a batch in ``batches``
     for t, items, release in work:
         row = t.row
         if not items:
@@ -554,6 +560,7 @@ def flush_turns(
                 )
             )
             heads.append((row, None))
+            sent.append((t, items, release))
             continue
         # Only the batch's last event carries an id: a batch lands whole or not at all,
         # so that id tells a retry how far an unacknowledged attempt got.
@@ -573,8 +580,15 @@ def flush_turns(
         plan = eng.planner.plan(row, actions, rows[-1].version)
         if plan is None:
             with st.read() as tx:
-                fresh = st.get_session(tx, t.session) or row
-                base = eng.state_at(tx, fresh, row.head)
+                fresh = st.get_session(tx, t.session)
+                if fresh is None:
+                    gone: Exception | None = eng.missing(tx, t.session)
+                else:
+                    gone, base = None, eng.state_at(tx, fresh, row.head)
+            if gone is not None:
+                with lock:
+                    t.failed(gone)  # erased under the live turn
+                continue
             plan = eng.planner.plan(row, actions, rows[-1].version, base)
             assert plan is not None
         batches.append(
@@ -594,12 +608,15 @@ def flush_turns(
             )
         )
         heads.append((head_after(row, rows[-1].version, prev, turn), plan))
+        sent.append((t, items, release))
+    if not batches:
+        return
     try:
         written = st.append_batches(batches)
     except StorageError as exc:
         now = time.monotonic()
         with lock:
-            for t, _, _ in work:
+            for t, _, _ in sent:
                 n = attempts.get(t.token, 0) + 1
                 attempts[t.token] = n
                 if exc.retryable and n <= _RETRIES:
@@ -610,7 +627,7 @@ def flush_turns(
     now = time.monotonic()
     stale: list[TurnState] = []
     with lock:
-        for (t, _, release), ok, (head, plan) in zip(work, written, heads):
+        for (t, _, release), ok, (head, plan) in zip(sent, written, heads):
             attempts.pop(t.token, None)
             if ok:
                 t.written(head, now, release)
@@ -620,6 +637,13 @@ def flush_turns(
                 stale.append(t)
     for t in stale:
         with st.read() as tx:
+            if st.get_session(tx, t.session) is None:
+                # Erased (or deleted) under the live turn: the turn ends with the error a
+                # reader of the session gets, not a storage failure.
+                missing = eng.missing(tx, t.session)
+                with lock:
+                    t.failed(missing)
+                continue
             control = st.get_control(tx, t.row.pk)
             after = (
                 st.read_events(tx, t.row.pk, after=t.row.head, upto=control.head)
@@ -662,10 +686,7 @@ def recover(engine: Engine, session: Any, *, stale_after: Any = 30.0) -> Recover
         if row is None:
             raise SessionNotFound(session)
         eng.check_open(tx, row)
-        control = st.get_control(tx, row.pk, with_head_event=True)
-        if control.head_recorded_at is None:
-            # A branch still at its fork point: its creation is the last write to it.
-            control = replace(control, head_recorded_at=row.created_at)
+        control = _last_writes(eng, tx, row)
         if not writer_stale(control, now, stale):
             return None
         state = eng.state_at(tx, row, row.head)
@@ -682,8 +703,44 @@ def recover(engine: Engine, session: Any, *, stale_after: Any = 30.0) -> Recover
     return Recovery(rows[-1].version, resumable(after["messages"]))
 
 
+def _last_writes(engine: Engine, tx: Any, row: SessionRow) -> SessionControl:
+    """The session's control row with its head event's time (what staleness is judged by)."""
+    control = engine.storage.get_control(tx, row.pk, with_head_event=True)
+    if control.head_recorded_at is None:
+        # A branch still at its fork point: its creation is the last write to it.
+        control = replace(control, head_recorded_at=row.created_at)
+    return control
+
+
+def recovery_status_of(engine: Engine, session: Any, *, stale_after: Any = 30.0) -> RecoveryStatus:
+    """Whether :func:`recover` would interrupt the session now; if not, why not and when it
+    would (it writes nothing).
+
+    Raises:
+        InvalidEvent: an argument is malformed.
+        SessionNotFound: no such session.
+        SessionErased: it was erased.
+    """
+    engine.validate.id(session, "session")
+    stale = check_stale_after(stale_after)
+    st = engine.storage
+    with st.read() as tx:
+        row = st.get_session(tx, session)
+        if row is None:
+            raise engine.missing(tx, session)
+        control = _last_writes(engine, tx, row)
+        status = str(engine.state_at(tx, row, row.head).get("status"))
+    return recovery_status(session, control, status, now_micros(), stale)
+
+
 def close_session(engine: Engine, session: Any, *, reason: Any = None) -> None:
     """Close a session to writes (idempotent; a later close keeps the first reason).
+
+    A session left ``streaming`` (a live turn, or a writer that died) is ended in the same
+    transaction: the interruption ``error`` part is appended (actor ``"close"``; every open
+    call is cancelled) and the writer's lease is given up, so a closed session is never
+    stuck mid-turn. A live turn's parts not yet flushed are dropped, and its next
+    ``write`` or ``flush`` raises :class:`~eventstore.errors.SessionClosed`.
 
     Raises:
         InvalidEvent: an argument is malformed.
@@ -692,9 +749,25 @@ def close_session(engine: Engine, session: Any, *, reason: Any = None) -> None:
     engine.validate.id(session, "session")
     engine.validate.optional_id(reason, "reason")
     st = engine.storage
+    action = dict(INTERRUPTION)
+    encoded = encode_action(action)
+    committed = None
     with st.write(session=session) as tx:
         row = st.lock_session(tx, session)
         if row is None:
             raise SessionNotFound(session)
         if st.get_control(tx, row.pk).closed_at is None:
-            st.close_session(tx, row.pk, now_micros(), reason)
+            now = now_micros()
+            # A turn still open would stay `streaming` for good: nothing can write to a
+            # closed session, recovery included. So the close ends it, as a recovery does,
+            # under the session's lock: the live writer's next flush finds the session
+            # closed and its buffered parts are dropped (``turn.dropped``).
+            if engine.state_at(tx, row, row.head).get("status") == "streaming":
+                rows, prev, turn, plan = engine.write_locked(
+                    tx, row, [action], [encoded], None, "close", None, now
+                )
+                committed = (head_after(row, rows[-1].version, prev, turn), plan)
+            st.set_writer(tx, row.pk, None, None)
+            st.close_session(tx, row.pk, now, reason)
+    if committed is not None:
+        engine.planner.committed(*committed)

@@ -14,11 +14,12 @@ from typing import Any
 
 from eventstore.core.checkpoints import Checkpoint, SessionHead, sign_checkpoint
 from eventstore.core.rewinds import Rewinds
+from eventstore.core.codec import state_digest
 from eventstore.core.rows import SessionRow
 from eventstore.engine.engine import Engine, Tx, now_micros
 from eventstore.errors import InvalidEvent
 
-__all__ = ["MAX_REASON", "checkpoint", "erase", "erase_older_than", "parse_age"]
+__all__ = ["MAX_REASON", "baseline_digest", "checkpoint", "erase", "erase_older_than", "parse_age"]
 
 #: The longest erasure reason accepted, in characters.
 MAX_REASON = 4096
@@ -44,22 +45,31 @@ def checkpoint(engine: Engine, private_key: Any, *, origin: Any = None) -> Check
     """
     with engine.storage.read() as tx:
         rows = engine.storage.list_sessions(tx)
-    heads = [
-        SessionHead(
-            id=r.id,
-            head=r.head,
-            head_hash=r.head_hash,
-            baseline=r.baseline,
-            baseline_hash=r.baseline_hash if r.baseline else None,
-        )
-        for r in rows
-    ]
+        # The baseline state is anchored too: its snapshot and its compaction record can be
+        # rewritten together by the database owner, and nothing else would notice.
+        heads = [
+            SessionHead(
+                id=r.id,
+                head=r.head,
+                head_hash=r.head_hash,
+                baseline=r.baseline,
+                baseline_hash=r.baseline_hash if r.baseline else None,
+                baseline_digest=baseline_digest(engine, tx, r),
+            )
+            for r in rows
+        ]
     return sign_checkpoint(
         heads,
         private_key,
         origin=engine.storage.safe_url if origin is None else origin,
         created_at=datetime.now(timezone.utc),
     )
+
+
+def baseline_digest(engine: Engine, tx: Tx, row: SessionRow) -> bytes | None:
+    """The digest of the state the database serves at a session's baseline (``None``: never
+    compacted)."""
+    return state_digest(engine.state_at(tx, row, row.baseline)) if row.baseline else None
 
 
 def check_reason(value: Any) -> str:

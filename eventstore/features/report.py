@@ -32,7 +32,7 @@ from eventstore.core.diff import SessionDiff
 from eventstore.core.records import RecordedEvent, SessionInfo, VerifyReport
 from eventstore.core.reducer import fold_json
 from eventstore.core.rewinds import is_kept_line
-from eventstore.core.text import shorten
+from eventstore.core.text import shorten, visible
 from eventstore.core.turn_rules import INTERRUPTED
 from eventstore.core.turn_view import Turn, build_turns, turn_messages
 from eventstore.engine.engine import Engine
@@ -160,8 +160,10 @@ details.turn>summary .preview{white-space:normal}a{color:inherit}h2{break-after:
 
 
 def _e(value: Any) -> str:
-    """Escape anything for HTML text or a quoted attribute."""
-    return html.escape(str(value), quote=True)
+    """Escape anything for HTML text or a quoted attribute; controls, bidi overrides and
+    invisible characters are shown as visible escapes first (the CLI's rule), so text
+    from the log cannot reorder or hide what surrounds it."""
+    return html.escape(visible(value, multiline=True), quote=True)
 
 
 def _ts(when: datetime) -> str:

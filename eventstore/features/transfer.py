@@ -351,7 +351,7 @@ class _Lines:
         action = obj.get("action")
         if not isinstance(action, dict):
             raise _bad(n, "action must be a JSON object", "action")
-        parsed = parse_action(action)
+        parsed = parse_action(action, max_bytes=v.limits.max_event_bytes)
         metadata = obj.get("metadata")
         if metadata is not None and not isinstance(metadata, dict):
             raise _bad(n, "metadata must be an object or null", "metadata")
@@ -365,7 +365,7 @@ class _Lines:
         v.size(payload, "the action", field="action")
         meta: bytes | None = None
         if metadata is not None:
-            check_json(metadata, "metadata")
+            check_json(metadata, "metadata", max_bytes=v.limits.max_event_bytes, what="metadata")
             meta = canonical(metadata)
             v.size(meta, "metadata", field="metadata")
         native = obj.get("native")

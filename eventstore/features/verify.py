@@ -33,6 +33,7 @@ from eventstore.core.rows import (
 )
 from eventstore.core.validation import MAX_VERSION
 from eventstore.engine.engine import HISTORY_CHUNK, Engine, Tx
+from eventstore.features.audit import baseline_digest
 from eventstore.errors import CheckpointError, SessionErased
 
 __all__ = ["ChainCheck", "verify", "hash_in_lineage"]
@@ -290,7 +291,15 @@ def _against_checkpoint(engine: Engine, checkpoint: Checkpoint, public_key: Any)
                         )
                     )
                     continue
-                heads.append(CurrentSession(row.id, row.head, row.head_hash, row.baseline, row.baseline_hash, at))
+                digest = None
+                if anchored.baseline_digest is not None:
+                    try:
+                        digest = baseline_digest(engine, tx, row)
+                    except Exception:  # noqa: BLE001 - an unreadable baseline does not match the anchor
+                        digest = None
+                heads.append(
+                    CurrentSession(row.id, row.head, row.head_hash, row.baseline, row.baseline_hash, at, digest)
+                )
             elif anchored.id in marks:
                 m = marks[anchored.id]
                 heads.append(ErasedSession(m.session_id, m.head, m.head_hash, to_datetime(m.erased_at), m.actor, m.reason))
