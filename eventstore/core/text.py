@@ -6,11 +6,13 @@ PURE: used by the records, the diff and the turn view when they render themselve
 from __future__ import annotations
 
 import json
+import re
+import unicodedata
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-__all__ = ["iso", "shorten", "compact_json", "message_text"]
+__all__ = ["iso", "shorten", "compact_json", "message_text", "visible"]
 
 
 def iso(when: datetime) -> str:
@@ -38,3 +40,28 @@ def message_text(message: Mapping[str, Any]) -> str:
         elif p.get("type") == "tool":
             bits.append(f"[{p.get('name')} {p.get('state')}]")
     return " ".join(bits) or "(empty)"
+
+
+# Anything but printable ASCII, tab and newline may be a character that changes how text reads.
+_SUSPECT = re.compile("[^\t\n\x20-\x7e]")
+# Controls, format characters (bidi overrides and isolates, zero-width marks), line and
+# paragraph separators, lone surrogates.
+_HIDDEN = frozenset(("Cc", "Cf", "Zl", "Zp", "Cs"))
+
+
+def _shown(m: re.Match[str]) -> str:
+    c = m.group()
+    if unicodedata.category(c) not in _HIDDEN:
+        return c
+    n = ord(c)
+    return f"\\x{n:02x}" if n <= 0xFF else f"\\u{n:04x}" if n <= 0xFFFF else f"\\U{n:08x}"
+
+
+def visible(text: str) -> str:
+    """``text`` with every invisible or control character shown as an escape (``\\u202e``).
+
+    Newlines and tabs stay (message bodies keep their lines). A right-to-left override
+    or a zero-width character stored in a log would otherwise reorder or hide the text
+    around it on a page; spelled out, a reader sees it is there.
+    """
+    return text if _SUSPECT.search(text) is None else _SUSPECT.sub(_shown, text)
