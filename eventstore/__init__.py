@@ -108,6 +108,9 @@ _PUBLIC: dict[str, dict[str, str]] = {
         "SchemaError": "eventstore.errors",
         "StorageError": "eventstore.errors",
     },
+    "the explorer (the ui extra)": {
+        "serve_explorer": "eventstore.explorer",
+    },
     "ids and database URLs as people type them": {
         "split_ref": "eventstore.core.ids",
         "check_new_session_id": "eventstore.core.ids",
@@ -156,6 +159,9 @@ if TYPE_CHECKING:  # static checkers cannot follow the table: they read these im
     )
     from eventstore.core.ids import (
         check_new_session_id as check_new_session_id,
+    )
+    from eventstore.explorer import (
+        serve_explorer as serve_explorer,
     )
     from eventstore.core.ids import (
         split_ref as split_ref,
