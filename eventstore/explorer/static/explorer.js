@@ -73,6 +73,7 @@
 
   if (!window.EventSource) { return; }
   var source = new EventSource(form.dataset.events + "?after=" + slider.max);
+  source.onopen = function () { form.dataset.live = "open"; };
   source.onmessage = function (e) {
     var ev = JSON.parse(e.data);
     var v = Number(ev.version);
