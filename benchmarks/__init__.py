@@ -18,6 +18,7 @@ BENCHMARKS: list[str] = [
     "compare",
     "timetravel",
     "report",
+    "explorer",  # the web explorer's pages on a 20k-event session
     "feed",
     "streaming",
     "async_store",  # `python -m benchmarks async`: the async twin at W concurrent writers

@@ -46,7 +46,17 @@ from eventstore.errors import (
     SessionNotFound,
     VersionNotFound,
 )
-from eventstore.explorer import views
+from eventstore.explorer.views import (
+    catalogue_body,
+    diff_body,
+    diff_form,
+    error_body,
+    history_body,
+    page,
+    session_body,
+    verify_fragment,
+    view_html,
+)
 from eventstore.explorer.reads import lines, list_sessions
 from eventstore.features.report import CSP as REPORT_CSP
 from eventstore.features.report import CSS as REPORT_CSS
@@ -126,7 +136,7 @@ def _html(body: str, status: int = 200) -> HTMLResponse:
 
 
 def _error_page(status: int, message: str) -> HTMLResponse:
-    return _html(views.page(f"{status} · eventstore explorer", views.error_body(status, message)), status)
+    return _html(page(f"{status} · eventstore explorer", error_body(status, message)), status)
 
 
 def create_app(store: EventStore, *, allowed_hosts: Sequence[str] | None = None) -> Starlette:
@@ -179,24 +189,24 @@ def create_app(store: EventStore, *, allowed_hosts: Sequence[str] | None = None)
         listing = list_sessions(
             store, owner=owner, query=query, status=status, limit=limit, cursor=_text(request, "cursor")
         )
-        body = views.catalogue_body(listing, query=query, owner=owner, status=status, limit=limit)
-        return _html(views.page("Sessions · eventstore explorer", body))
+        body = catalogue_body(listing, query=query, owner=owner, status=status, limit=limit)
+        return _html(page("Sessions · eventstore explorer", body))
 
     def session_page(request: Request, session: str) -> Response:
         info, infos = info_of(session)
         version = version_of(request, info)
-        body = views.session_body(
+        body = session_body(
             store, session, version, info, infos, lines(store, session), cached_verify(session, info.head)
         )
-        return _html(views.page(f"{session}@{version} · eventstore explorer", body, session=session))
+        return _html(page(f"{session}@{version} · eventstore explorer", body, session=session))
 
     def view(request: Request, session: str) -> Response:
         info, _ = info_of(session)
-        return _html(views.view_html(store, session, version_of(request, info)))
+        return _html(view_html(store, session, version_of(request, info)))
 
     def verify_route(request: Request, session: str) -> Response:
         head = store.head(session)
-        return _html(views.verify_fragment(verify(session, head), session, head))
+        return _html(verify_fragment(verify(session, head), session, head))
 
     def history(request: Request, session: str) -> Response:
         info, _ = info_of(session)
@@ -206,14 +216,14 @@ def create_app(store: EventStore, *, allowed_hosts: Sequence[str] | None = None)
         if after > info.head:
             raise VersionNotFound(session, after, info.head)
         events = list(store.history(session, after=after, limit=limit))
-        body = views.history_body(session, events, after=after, limit=limit, baseline=info.baseline, head=info.head)
-        return _html(views.page(f"History of {session} · eventstore explorer", body, session=session))
+        body = history_body(session, events, after=after, limit=limit, baseline=info.baseline, head=info.head)
+        return _html(page(f"History of {session} · eventstore explorer", body, session=session))
 
     def report(request: Request, session: str) -> Response:
         info, _ = info_of(session)
-        page = store.report(session, version_of(request, info) if "v" in request.query_params else None)
+        text = store.report(session, version_of(request, info) if "v" in request.query_params else None)
         # The report is a page of its own: its inline style and script are allowed by its policy.
-        return HTMLResponse(page, headers={"Content-Security-Policy": REPORT_CSP, "Cache-Control": "no-store"})
+        return HTMLResponse(text, headers={"Content-Security-Policy": REPORT_CSP, "Cache-Control": "no-store"})
 
     async def events(request: Request, session: str) -> Response:
         head = await anyio.to_thread.run_sync(store.head, session)
@@ -270,10 +280,10 @@ def create_app(store: EventStore, *, allowed_hosts: Sequence[str] | None = None)
     def diff(request: Request) -> Response:
         a, b = _text(request, "a"), _text(request, "b")
         if a is None or b is None:
-            body = views.diff_form(a or "", b or "")
-            return _html(views.page("Diff · eventstore explorer", body))
+            body = diff_form(a or "", b or "")
+            return _html(page("Diff · eventstore explorer", body))
         d = store.diff(split_ref(a), split_ref(b), events=True)
-        return _html(views.page(f"Diff {d.left} → {d.right} · eventstore explorer", views.diff_body(d, a, b)))
+        return _html(page(f"Diff {d.left} → {d.right} · eventstore explorer", diff_body(d, a, b)))
 
     def static(request: Request) -> Response:
         name = request.path_params["name"]

@@ -248,7 +248,10 @@ def session_body(
 ) -> str:
     """The session page: facts, the scrubber, branches and kept lines, the verify result, the view."""
     title = title_of(info)
-    forks = sorted({s.fork_version for s in [*infos, *kept] if s.parent == session and s.fork_version})
+    forks = sorted(
+        {s.fork_version for s in infos if s.parent == session and s.fork_version}
+        | {k.fork_version for k in kept if k.fork_version}
+    )
     facts = [
         ("Session", f"<code>{escape(session)}</code>"),
         ("Title", escape(title) if title else '<span class="empty">untitled</span>'),
