@@ -19,6 +19,7 @@ BENCHMARKS: list[str] = [
     "timetravel",
     "rewind",  # rewind of a 100k-event session vs a 100-event one
     "report",
+    "explorer",  # the web explorer's pages on a 20k-event session
     "feed",
     "feed_barrier",  # the feed with a stranger's idle transaction open; the barrier's cost
     "streaming",

@@ -40,7 +40,7 @@ from benchmarks._common import machine, record_section, run_times
 from eventstore import EventStore
 from eventstore.samples import chat_session
 
-__all__ = ["main", "measure"]
+__all__ = ["main", "measure", "fill_session"]
 
 SECTION = "## Audit report"
 OUT = Path(__file__).parent / "out" / "report.json"
@@ -50,7 +50,8 @@ _CHROMIUM = "/usr/bin/chromium"
 _CHROMEDRIVER = "/usr/bin/chromedriver"
 
 
-def _fill(store: EventStore, session: str, n: int) -> None:
+def fill_session(store: EventStore, session: str, n: int) -> None:
+    """Append the first ``n`` events of the sample chat workload to ``session``, 1,000 at a time."""
     actions = chat_session(math.ceil(n / 86) + 1)[:n]
     head = 0
     for i in range(0, n, 1000):
@@ -99,7 +100,7 @@ def measure(repeats: int, sizes: Sequence[int] = SIZES) -> dict[str, Any]:
         pages: dict[int, Path] = {}
         for n in sizes:
             session = f"s{n}"
-            _fill(store, session, n)
+            fill_session(store, session, n)
             page = store.report(session)
             pages[n] = Path(tmp) / f"{session}.html"
             pages[n].write_text(page, encoding="utf-8")

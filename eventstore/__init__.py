@@ -118,6 +118,9 @@ _PUBLIC: dict[str, dict[str, str]] = {
         "StorageError": "eventstore.errors",
         "ReplicaMismatch": "eventstore.storage.replicas",
     },
+    "the explorer (the ui extra)": {
+        "serve_explorer": "eventstore.explorer",
+    },
     "ids and database URLs as people type them": {
         "split_ref": "eventstore.core.ids",
         "check_new_session_id": "eventstore.core.ids",
@@ -166,6 +169,9 @@ if TYPE_CHECKING:  # static checkers cannot follow the table: they read these im
     )
     from eventstore.core.ids import (
         check_new_session_id as check_new_session_id,
+    )
+    from eventstore.explorer import (
+        serve_explorer as serve_explorer,
     )
     from eventstore.core.ids import (
         split_ref as split_ref,

@@ -147,6 +147,18 @@ def test_bidi_overrides_and_controls_are_neutralised_as_in_the_cli(store: EventS
     assert safe(text) == visible(text)  # ...by the one rule the CLI uses
 
 
+def test_invisible_characters_are_spelled_out(store: EventStore) -> None:
+    # A right-to-left override would reorder what follows it on the page; a zero-width space
+    # or a NUL would hide. Each is shown as an escape; line breaks and ordinary text stay.
+    text = "pay \u202eusd 0001\u202c now\n\u2066iso\u2069 zero\u200bwidth nul\x00 caf\u00e9 \u4e2d"
+    store.append("bidi\u202e", [{"type": "send", "id": "u-1", "text": text}], actor="ada\u202e")
+    page = store.report("bidi\u202e")
+    assert not re.search("[\u202a-\u202e\u2066-\u2069\u200b\x00]", page)
+    body = _Page(page).body
+    assert "pay \\u202eusd 0001\\u202c now\n\\u2066iso\\u2069 zero\\u200bwidth nul\\x00 caf\u00e9 \u4e2d" in body
+    assert "bidi\\u202e" in body and "ada\\u202e" in body
+
+
 def test_long_outputs_fold_and_many_turns_start_collapsed(store: EventStore) -> None:
     big = {"rows": [{"n": i, "text": "x" * 40} for i in range(60)]}
     actions = []

@@ -1,8 +1,7 @@
 """The audit report in a real browser: headless Chromium driven by Selenium.
 
-`make test` installs Debian's chromium and chromium-driver packages first
-(scripts/ensure-chromium); nothing is downloaded here. If the browser cannot be started,
-every test of this module FAILS: a run without it can never pass as green.
+The browser is started by tests/chromium.py (Debian's chromium, never a download); if it
+cannot start, every test of this module FAILS: a run without it can never pass as green.
 
 One browser serves the whole module. Each page is opened from a file, checked for what
 a reader sees, for scripts that must not have run and for requests that must not have
@@ -13,12 +12,12 @@ temporary output folder.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from chromium import chromium
 from report_sessions import (
     HOSTILE_ACTOR,
     HOSTILE_ID,
@@ -34,43 +33,12 @@ from report_sessions import (
 from eventstore import EventStore
 from eventstore.features.report import INTERRUPTED
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
-
-# Selenium Manager must never fetch a browser or driver.
-os.environ["SE_OFFLINE"] = "true"
-
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     """One headless Chromium for the module, with its network log on."""
-    try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-
-        options = webdriver.ChromeOptions()
-        options.binary_location = CHROMIUM
-        for arg in (
-            "--headless=new",
-            "--no-sandbox",  # CI runs as root
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--window-size=1280,900",
-            "--hide-scrollbars",
-        ):
-            options.add_argument(arg)
-        options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
-        driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
-    except Exception as exc:  # any reason at all: the browser test must not pass without a browser
-        pytest.fail(
-            f"headless Chromium could not be started ({CHROMIUM}, {CHROMEDRIVER}): {exc}. "
-            "Run scripts/ensure-chromium (make test does).",
-            pytrace=False,
-        )
-    try:
+    with chromium() as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 @pytest.fixture(scope="module")

@@ -925,6 +925,31 @@ def report(
     typer.echo(f"wrote the report of {safe(what)} to {safe(output)}", err=True)
 
 
+@app.command()
+@cli_errors
+def ui(
+    ctx: typer.Context,
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (loopback unless you say otherwise)."),
+    port: int = typer.Option(8765, "--port", min=0, max=65535, help="TCP port to listen on."),
+) -> None:
+    """Serve the explorer: a local, read-only web app over the store.
+
+    Browse the sessions (search, owner, status), read a session turn by turn at any
+    version with a scrubber (arrow keys step), see its branches, kept lines and verify
+    result, page through its events, compare two refs, and watch new events arrive live.
+    There is NO authentication: anyone who can reach the port reads every session, so it
+    listens on 127.0.0.1 unless --host says otherwise. Needs the ui extra
+    (pip install 'eventstore[ui]'). Stop it with Ctrl-C.
+    """
+    try:
+        from eventstore import serve_explorer
+    except ModuleNotFoundError as exc:
+        fail(f"the explorer needs the ui extra ({exc.name} is missing): pip install 'eventstore[ui]'")
+    with open_store(ctx) as store:
+        typer.echo(f"eventstore explorer on http://{safe(host)}:{port}/ (Ctrl-C stops it)", err=True)
+        serve_explorer(store, host=host, port=port)
+
+
 def _event_line(e: Any, with_position: bool) -> str:
     """One event as one human line: [position] when, session@version, type, actor, summary
     (stored text made terminal-safe)."""

@@ -7,7 +7,12 @@ every request and every script but one small inline script (allowed by its hash)
 reads fully without it: sections are ``<details>`` elements.
 
 Everything that comes from the log — texts, ids, actors, tool inputs and outputs — goes
-through :func:`html.escape`: a stored ``<script>`` is shown as text, never run.
+through :func:`html.escape`: a stored ``<script>`` is shown as text, never run; and
+invisible or control characters (a right-to-left override, a zero-width space) are shown
+as escapes such as ``\\u202e``, so they cannot reorder or hide the text around them.
+
+The explorer (:mod:`eventstore.explorer`) renders its pages with the same pieces; they
+are listed at the end of this module.
 
 Built from the engine's reads (``load``, ``sessions``, ``history``), the verify and
 time-travel modules (``verify``, ``diff``) and the pure modules: the turn view (:mod:`eventstore.core.turn_view`) groups the events
@@ -22,7 +27,7 @@ import html
 import json
 import shlex
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -40,7 +45,24 @@ from eventstore.features import timetravel
 from eventstore.features import verify as verifying
 from eventstore.features.files import text_out
 
-__all__ = ["INTERRUPTED", "render_report", "render_diff_report"]
+__all__ = [
+    "INTERRUPTED",
+    "render_report",
+    "render_diff_report",
+    "CSS",
+    "CSP",
+    "escape",
+    "badge",
+    "timing",
+    "message_html",
+    "turn_html",
+    "tree_html",
+    "verify_html",
+    "event_summary",
+    "json_text",
+    "diff_html",
+    "timestamp",
+]
 
 JSON = dict[str, Any]
 
@@ -500,8 +522,14 @@ def _natives(events: Sequence[RecordedEvent]) -> str:
 # -- header --------------------------------------------------------------------------------
 
 
-def _tree(infos: Sequence[SessionInfo], current: str) -> str:
-    """The branch tree of ``current``'s family: root first, each branch with its fork point."""
+def _tree(
+    infos: Sequence[SessionInfo],
+    current: str,
+    link: Callable[[str], str] | None = None,
+    mark: str = " ← this report",
+) -> str:
+    """The branch tree of ``current``'s family: root first, each branch with its fork point
+    (each id a link to ``link(id)`` when given)."""
     by_id = {s.id: s for s in infos}
     children: dict[str | None, list[SessionInfo]] = {}
     for s in infos:
@@ -517,12 +545,15 @@ def _tree(infos: Sequence[SessionInfo], current: str) -> str:
         fork = f" forked at v{s.fork_version}" if s.parent is not None else ""
         if is_kept_line(s.id, s.parent):
             fork = f" kept by a rewind of {s.parent} to v{s.fork_version}"
-        mark = " ← this report" if s.id == current else ""
+        note = mark if s.id == current else ""
+        name = f"<span{here}>{_e(s.id)}</span>"
+        if link is not None and s.id != current:
+            name = f'<a href="{_e(link(s.id))}">{name}</a>'
         kids = children.get(s.id, []) if depth < 50 else []
         sub = "".join(node(c, depth + 1) for c in kids)
         return (
-            f"<li><span{here}>{_e(s.id)}</span> <span class=muted>head v{s.head}{_e(fork)}"
-            f"{f', baseline v{s.baseline}' if s.baseline else ''}{_e(mark)}</span>"
+            f"<li>{name} <span class=muted>head v{s.head}{_e(fork)}"
+            f"{f', baseline v{s.baseline}' if s.baseline else ''}{_e(note)}</span>"
             f'{f"<ul class=tree>{sub}</ul>" if sub else ""}</li>'
         )
 
@@ -636,27 +667,31 @@ def render_report(
 # -- diff ----------------------------------------------------------------------------------
 
 
+def _event_what(ev: RecordedEvent) -> str:
+    """One event in a few words: its type and the text or name it carries (not escaped)."""
+    a = ev.action
+    if ev.type == "send":
+        return f"send {shorten(str(a.get('text', '')), 100)!r}"
+    if ev.type == "part" and isinstance(a.get("part"), Mapping):
+        p = a["part"]
+        what = f"part {p.get('type')}"
+        detail = p.get("name") or p.get("text") or p.get("error")
+        if detail is not None:
+            what += f" {shorten(_json_text(detail), 80)!r}"
+        if "within" in a:
+            what += f" within {a['within']}"
+        return what
+    return ev.type
+
+
 def _event_rows(events: Sequence[Any]) -> str:
     if not events:
         return '<p class="empty">none</p>'
     rows = []
     for ev in events[:_DIFF_EVENTS]:
-        a = ev.action
-        if ev.type == "send":
-            what = f"send {shorten(str(a.get('text', '')), 100)!r}"
-        elif ev.type == "part" and isinstance(a.get("part"), Mapping):
-            p = a["part"]
-            what = f"part {p.get('type')}"
-            detail = p.get("name") or p.get("text") or p.get("error")
-            if detail is not None:
-                what += f" {shorten(_json_text(detail), 80)!r}"
-            if "within" in a:
-                what += f" within {a['within']}"
-        else:
-            what = ev.type
         rows.append(
             f"<tr><td class=mono>v{ev.version}</td><td>{_e(_ts(ev.recorded_at))}</td>"
-            f"<td>{_e(ev.actor or '')}</td><td>{_e(what)}</td></tr>"
+            f"<td>{_e(ev.actor or '')}</td><td>{_e(_event_what(ev))}</td></tr>"
         )
     more = len(events) - _DIFF_EVENTS
     tail = f'<p class="muted">… and {more:,} more: use <code>eventstore history</code>.</p>' if more > 0 else ""
@@ -691,6 +726,11 @@ def render_diff_report(
         SessionNotFound, VersionNotFound, CompactedError: as for ``EventStore.diff``.
     """
     d: SessionDiff = timetravel.diff(engine, left, right, events=True)
+    return _page(f"eventstore diff: {d.left} → {d.right}", _diff_body(d))
+
+
+def _diff_body(d: SessionDiff) -> str:
+    """The diff page's content, from a diff made with ``events=True``."""
     timing = _timing([*(d.left_events or ()), *(d.right_events or ())])
     base = f"<code>{_e(d.base)}</code>" if d.base else '<span class="empty">no shared history</span>'
     facts = [
@@ -735,7 +775,7 @@ def render_diff_report(
             )
     body.append(f"<h2>Events on A since the base</h2>{_event_rows(d.left_events or ())}")
     body.append(f"<h2>Events on B since the base</h2>{_event_rows(d.right_events or ())}")
-    return _page(f"eventstore diff: {d.left} → {d.right}", "".join(body))
+    return "".join(body)
 
 
 def report(
@@ -761,3 +801,24 @@ def report(
         with text_out(out) as fh:
             fh.write(page)
     return page
+
+
+# -- the pieces other pages render with ----------------------------------------------------
+# The explorer serves the same look and the same escaping from a live server: it calls
+# these rather than keeping a second copy of the rendering.
+
+#: The report's style sheet (the explorer serves it as a file).
+CSS = _CSS
+#: The report page's Content-Security-Policy (the explorer sends it with a report it serves).
+CSP = _CSP
+escape = _e
+badge = _badge
+timing = _timing
+message_html = _message
+turn_html = _turn
+tree_html = _tree
+verify_html = _verify
+event_summary = _event_what
+json_text = _json_text
+diff_html = _diff_body
+timestamp = _ts
