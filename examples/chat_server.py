@@ -75,7 +75,12 @@ from eventstore import (
     TurnBusy,
     TurnStopped,
 )
-from eventstore.integrations.ai_sdk import UI_MESSAGE_STREAM_HEADERS, UIMessageStreamEncoder, sse, to_ui_messages
+from eventstore.integrations.ai_sdk import (
+    UI_MESSAGE_STREAM_HEADERS,
+    UIMessageStreamEncoder,
+    sse,
+    to_ui_messages,
+)
 
 log = logging.getLogger("chat_server")
 
@@ -305,7 +310,7 @@ async def post_chat(request: Request) -> Response:
         opening: dict[str, Any] = {"type": "retry"}
         text = "".join(p["text"] for p in users[-1]["parts"] if p["type"] == "text")
     else:
-        last = body["messages"][-1] if body["messages"] else None
+        last: Any = body["messages"][-1] if body["messages"] else None
         text_or_none = _text_of(last)
         if text_or_none is None or not _valid_id(last.get("id")):
             return error(400, "the last message must be the user's, with an id and text parts")

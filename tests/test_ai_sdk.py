@@ -14,8 +14,8 @@ import sys
 from typing import Any
 
 import pytest
-
 from ai_sdk_js import MAJORS, run_node
+
 from eventstore.core.reducer import fold_json
 from eventstore.errors import InvalidEvent
 from eventstore.integrations.ai_sdk import (
@@ -284,11 +284,11 @@ def test_the_documented_back_end_runs_as_written(tmp_path: Any, monkeypatch: pyt
     from eventstore import EventStore
 
     doc = (Path(__file__).resolve().parents[1] / "docs" / "ai-sdk.md").read_text(encoding="utf-8")
-    (code,) = re.findall(r"```python\n(.*?)```", doc, flags=re.S)
+    (code,) = re.findall(r"```python\n(.*?)```", doc, flags=re.DOTALL)
     url = f"sqlite:///{tmp_path / 'chat.db'}"
     monkeypatch.setenv("EVENTSTORE_URL", url)
     scope: dict[str, Any] = {"__name__": "__doc__"}
-    exec(compile(code, "docs/ai-sdk.md", "exec"), scope)
+    exec(compile(code, "docs/ai-sdk.md", "exec"), scope)  # noqa: S102 - the doc runs as written
     user = {"id": "u-1", "role": "user", "parts": [{"type": "text", "text": "Hi"}]}
     with TestClient(scope["app"]) as client:
         r = client.post("/api/chat", json={"id": "s1", "messages": [user], "trigger": "submit-message"})

@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-
 from ai_sdk_js import MAJORS, run_node
+
 from eventstore import EventStore
 from eventstore.core.reducer import fold_json
 from eventstore.integrations.ai_sdk import to_ui_messages
