@@ -8,6 +8,8 @@ STAMP  := $(VENV)/.installed-stamp
 # The demo needs eventstore alone: its own stamp installs `-e .` without the test extras
 # (`make test` later adds them through $(STAMP)).
 DEMO_STAMP := $(VENV)/.demo-stamp
+# The ai npm package (both majors the AI SDK adapter supports) judges its streams in the tests.
+JS_STAMP := tests/js/node_modules/.installed-stamp
 
 .PHONY: test test-fast install demo bench lint clean
 
@@ -25,8 +27,12 @@ $(DEMO_STAMP): pyproject.toml
 
 install: $(STAMP)
 
+$(JS_STAMP): tests/js/package.json tests/js/package-lock.json
+	npm ci --prefix tests/js --no-audit --no-fund
+	touch $(JS_STAMP)
+
 test: export SE_OFFLINE = true
-test: $(STAMP)
+test: $(STAMP) $(JS_STAMP)
 	scripts/ensure-chromium
 	# The suite starts the CLI hundreds of times: with the bytecode cache written once,
 	# no run recompiles the package (even where PYTHONDONTWRITEBYTECODE is set).
