@@ -7,9 +7,11 @@ so a run that could not start the server can never pass as green.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -112,6 +114,25 @@ def make_store(url: str, **options: object) -> "EventStore":
     store = EventStore(url, **options)  # type: ignore[arg-type]
     store.migrate()
     return store
+
+
+def wait_until(ready: Callable[[], object], what: str, timeout: float = 60.0) -> None:
+    """Poll ``ready()`` until it is true, or fail saying ``what`` never came. ``timeout``
+    only bounds a broken build's wait: a test never relies on it running out."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {timeout} s")
+        time.sleep(0.01)  # paces the polling only
+
+
+async def await_until(ready: Callable[[], object], what: str, timeout: float = 60.0) -> None:
+    """:func:`wait_until` for a coroutine: polls between turns of the event loop."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {timeout} s")
+        await asyncio.sleep(0.01)  # paces the polling only
 
 
 @pytest.fixture

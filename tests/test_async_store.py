@@ -22,7 +22,7 @@ import psycopg
 import pytest
 from sqlalchemy.util import await_
 
-from conftest import make_store
+from conftest import make_store, wait_until
 from eventstore import (
     AsyncEventStore,
     ConcurrencyError,
@@ -404,19 +404,22 @@ def test_loads_survive_terminated_connections_and_appends_fail_retryably(pg_sche
 
     def kill_all() -> None:
         with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+            pids = [pid for pid, _ in conn.execute(
+                "SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
                 (app,),
+            )]
+            # Terminating only signals a backend: the store's connections are dead once they are gone.
+            wait_until(
+                lambda: not conn.execute("SELECT 1 FROM pg_stat_activity WHERE pid = ANY(%s)", (pids,)).fetchall(),
+                "the terminated backends live on",
             )
 
     async def scenario() -> None:
         store = await _opened(f"{pg_schema}&application_name={app}")
         await asyncio.gather(*(store.append(f"s{i}", [_send("u-0")]) for i in range(4)))
         kill_all()
-        await asyncio.sleep(0.05)
         assert [len((await store.load(f"s{i}")).messages) for i in range(4)] == [1, 1, 1, 1]
         kill_all()
-        await asyncio.sleep(0.05)
         for i in range(4):
             try:
                 await store.append(f"s{i}", [_send("u-1")], event_ids=["e-1"])

@@ -36,7 +36,7 @@ import psycopg
 import pytest
 from sqlalchemy import Engine, create_engine, text
 
-from conftest import make_store
+from conftest import await_until, make_store, wait_until
 from eventstore import AsyncEventStore, EventStore, Follower, InvalidEvent, RecordedEvent, SessionNotFound, VersionNotFound
 from eventstore.errors import StorageError
 from eventstore.core.feed_rules import BAND_PAGE
@@ -699,8 +699,7 @@ def test_async_follower_closed_by_another_task_stops(db_url: str) -> None:
 
             task = asyncio.create_task(consume())
             await astore.append("s1", [_send(1)])
-            while len(seen) < 2:
-                await asyncio.sleep(0.01)
+            await await_until(lambda: len(seen) >= 2, "the follower never handed out both events")
             follower.close()  # the consumer is waiting for a commit that never comes
             await asyncio.wait_for(task, SAFETY)
             assert follower.caught_up and follower.lag == 0.0
@@ -722,7 +721,9 @@ def test_postgresql_gap_holds_the_async_feed_too(pg_schema: str) -> None:
                 assert [e async for e in astore.feed(after=position, idle_timeout=0)] == []
                 waiting = astore.feed(after=position, idle_timeout=SAFETY)
                 first = asyncio.ensure_future(waiting.__anext__())
-                await asyncio.sleep(0)  # the follower is waiting behind the held transaction
+                # Lets the follower start reading (it re-reads while the gap holds; before
+                # the commit or after, it must hand out the held event first): not a wait.
+                await asyncio.sleep(0)
                 _raw_insert(conn, "held", 2)
                 conn.commit()
             finally:
@@ -872,12 +873,16 @@ def test_postgresql_a_store_skips_summarizing_while_another_summarizes(pg_schema
     lock = "hashtextextended('eventstore summarize ' || 'events'::regclass::oid::text, 0)"
     with EventStore(pg_schema) as store:
         store.migrate()
+        st: Any = store._engine.storage
+        summarizer = st._notifier._signal  # its `skipped_at`: when it last found the lock taken
         with psycopg.connect(_pg_dsn(pg_schema), autocommit=True) as other:
             other.execute("ALTER TABLE events SET (autovacuum_enabled = false)")
             other.execute(f"SELECT pg_advisory_lock({lock})")
             for i in range(100):
                 store.append(f"s{i % 7}", [_send(k) for k in range(100)])
-            time.sleep(2.0)  # the notifier's last summary comes about 0.5 s after the writes
+            written = time.monotonic()
+            # The notifier's last summary comes once the writes stop: it ran, and skipped.
+            wait_until(lambda: summarizer.skipped_at > written, "no summary was tried after the writes")
             read, pages = _unsummarized_tail(pg_schema)
             assert read > 4 * 16, (read, pages)  # skipped: another store holds the lock
             other.execute(f"SELECT pg_advisory_unlock({lock})")

@@ -268,6 +268,7 @@ def test_nothing_is_written_to_a_replica(
     # ...and on the replica's side, every row it holds came from the primary's WAL: once
     # caught up, it holds exactly the primary's rows, and it is still a standby.
     query = "SELECT session_pk, version, hash FROM events ORDER BY 1, 2"
+    _until_a_replica_serves(replicated, "s2")  # caught up with this store's last write
     assert _sql(replica_url, query) == _sql(pg_schema, query)
     assert _sql(replica_url, "SELECT pg_is_in_recovery()") == [(True,)]
     replica = open_storage(read_only_url(replica_url))

@@ -479,6 +479,9 @@ class _NotifySignal(Signal):
         self._cannot_summarize = False
         #: ranges this store summarized (for tests and benchmarks)
         self.summarized = 0
+        #: when (``time.monotonic()``) the latest summary that found another store at it
+        #: had started, 0.0 if none did: tests see that a skip happened after a commit
+        self.skipped_at = 0.0
 
     def connect(self) -> Any:
         conn, channel = _dedicated(self._db, synchronous_commit="off")
@@ -514,6 +517,8 @@ class _NotifySignal(Signal):
         if rows:  # none: another store is summarizing
             self._summarized = {int(i): int(start) for i, start, _ in rows}
             self.summarized += sum(int(n) for _, _, n in rows)
+        else:
+            self.skipped_at = now
 
     def start(self, handle: Any) -> None:
         conn, params = handle
