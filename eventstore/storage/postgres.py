@@ -6,6 +6,7 @@ This is the only module that imports psycopg.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import select as _select
 import threading
@@ -55,6 +56,8 @@ from eventstore.storage.pg_barrier import writers_barrier
 from eventstore.storage.schema import BRIN_PAGES_PER_RANGE, events
 from eventstore.storage.sql import Compiled, ErrorKind, SqlStorage, session_row
 from eventstore.storage.watch import AsyncProbe, Probe, Signal
+
+_log = logging.getLogger(__name__)
 
 __all__ = [
     "PostgresStorage",
@@ -479,9 +482,6 @@ class _NotifySignal(Signal):
         self._cannot_summarize = False
         #: ranges this store summarized (for tests and benchmarks)
         self.summarized = 0
-        #: when (``time.monotonic()``) the latest summary that found another store at it
-        #: had started, 0.0 if none did: tests see that a skip happened after a commit
-        self.skipped_at = 0.0
 
     def connect(self) -> Any:
         conn, channel = _dedicated(self._db, synchronous_commit="off")
@@ -518,7 +518,8 @@ class _NotifySignal(Signal):
             self._summarized = {int(i): int(start) for i, start, _ in rows}
             self.summarized += sum(int(n) for _, _, n in rows)
         else:
-            self.skipped_at = now
+            # Said on the log, so an operator (and a test) can see a skip happen.
+            _log.debug("feed index not summarized: another store is summarizing it")
 
     def start(self, handle: Any) -> None:
         conn, params = handle
