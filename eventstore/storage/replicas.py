@@ -361,6 +361,8 @@ class ReplicatedPostgresStorage(PostgresStorage):
             return False
         ours = self.fetch_one(self._q_primary_identity)  # after: a copy is never ahead
         why = _not_a_copy(tuple(ours), tuple(theirs))
+        if why is NOT_YET:
+            return False  # not replayed that far yet: asked again at a later read
         r.checked = True
         if why is None:
             return True
@@ -414,6 +416,10 @@ class ReplicatedPostgresStorage(PostgresStorage):
         return None
 
 
+#: What :func:`_not_a_copy` says of a standby that has no eventstore tables yet.
+NOT_YET = "it has no eventstore tables on its search_path yet"
+
+
 def _not_a_copy(primary: tuple[Any, ...], replica: tuple[Any, ...]) -> str | None:
     """Why a server whose :data:`S_IDENTITY` row (then its replay position) is ``replica``
     is not a copy of the primary whose row (then its insert position) is ``primary``."""
@@ -423,7 +429,9 @@ def _not_a_copy(primary: tuple[Any, ...], replica: tuple[Any, ...]) -> str | Non
     if r_db != p_db:
         return f"database {r_db!r}, the primary's is {p_db!r}"
     if r_events is None or r_sessions is None:
-        return "it has no eventstore tables on its search_path"
+        # A standby that has not replayed the tables' creation yet (a store just migrated)
+        # looks the same as one that will never have them: asked again later, never refused.
+        return NOT_YET
     if (r_events, r_sessions) != (p_events, p_sessions):
         return "its eventstore tables are other tables than the primary's (another schema)"
     if r_lsn is None:
