@@ -82,7 +82,6 @@ NEEDS_REWIND = {
     "test_sqlite_session_memory_pop_item",
     "test_session_memory_pop_different_sessions",
 }
-HAS_REWIND = hasattr(EventStore, "rewind")
 
 SDK_FILES = ("tests/memory/test_session.py", "tests/memory/test_session_limit.py")
 
@@ -111,8 +110,6 @@ def test_the_sdks_own_session_tests_pass(sdk_tests: Path, backend_name: str, tmp
 
         pg_admin_url()  # fails (never skips) without the test server
     skipped = dict(DESELECTED)
-    if not HAS_REWIND:
-        skipped.update({name: "needs EventStore.rewind" for name in NEEDS_REWIND})
     report = tmp_path / "junit.xml"
     env = {
         **os.environ,
@@ -298,7 +295,6 @@ def test_importing_eventstore_does_not_import_the_sdk() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
-@pytest.mark.skipif(not HAS_REWIND, reason="needs EventStore.rewind (pop_item and clear_session are rewinds)")
 def test_pop_and_clear_are_rewinds_that_keep_the_removed_items(db_url: str) -> None:
     async def main() -> None:
         with EventStore(db_url) as store:
