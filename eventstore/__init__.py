@@ -37,7 +37,8 @@ _PUBLIC: dict[str, dict[str, str]] = {
         "AsyncFollower": "eventstore.core.feed_rules",
         "SessionInfo": "eventstore.core.records",
         "SessionPage": "eventstore.core.catalogue",
-        "InfoChange": "eventstore.core.catalogue",
+        "InfoChange": "eventstore.core.records",
+        "interleave_info": "eventstore.core.catalogue",
         "VerifyReport": "eventstore.core.records",
         "Problem": "eventstore.core.records",
         "SessionDiff": "eventstore.core.diff",
@@ -275,8 +276,11 @@ if TYPE_CHECKING:  # static checkers cannot follow the table: they read these im
     from eventstore.core.records import (
         SessionInfo as SessionInfo,
     )
-    from eventstore.core.catalogue import (
+    from eventstore.core.records import (
         InfoChange as InfoChange,
+    )
+    from eventstore.core.catalogue import (
+        interleave_info as interleave_info,
     )
     from eventstore.core.catalogue import (
         SessionPage as SessionPage,

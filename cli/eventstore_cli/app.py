@@ -346,6 +346,9 @@ def history(
     --json always have every event). With --turns, one row per turn instead: actor,
     start and end time, the user's text, the assistant's reply, the tool calls with
     their final states, the outcome (idle / error / stopped) and retries.
+    With --json, each recorded `info` change (who set the title, owner or metadata, and
+    when) is listed among the events, after the event that was the head then
+    ({"record": "info", "type": "set_info", "version", "recorded_at", "actor", "changes"}).
     """
     from eventstore import VersionNotFound
 
@@ -379,10 +382,12 @@ def history(
         want = PAGE + 1 if paged else limit
         with _working(f"reading the history of {safe(session)}"):
             events = list(store.history(session, after=after, upto=version, limit=want, desc=last))
-    if last:
-        events.reverse()  # shown oldest first either way
+            if last:
+                events.reverse()  # shown oldest first either way
+            if as_json:
+                listing = _history_json(store, session, events, after, version)
     if as_json:
-        print_json([e.to_json() for e in events])
+        print_json(listing)
         return
     more = paged and len(events) > PAGE
     if more:
@@ -638,7 +643,8 @@ def verify(
     """Check integrity: the hash chain of every event, turns, baselines and that snapshots
     equal the fold; with --checkpoint, also that nothing it anchors was rewritten.
 
-    Exits with code 1 when any problem is found. Erasures are listed, not failures.
+    Exits with code 1 when any problem is found. Erasures and rewinds are listed, not
+    failures; so are the recorded `info` changes (who set a title, owner or metadata).
     """
     from .keys import read_checkpoint, read_key
 
@@ -697,8 +703,36 @@ def recover(
         )
 
 
+def _history_json(store: Any, session: str, events: list[Any], after: int | None, upto: int | None) -> list[Any]:
+    """``history --json``'s list: the events, with the session's recorded ``set_info``
+    calls made while the head was one of the versions listed (or, from the beginning,
+    before the first event) placed among them by time; so pages never repeat one."""
+    from eventstore import interleave_info
+
+    changes = store.info_changes(session)
+    if not changes:
+        return [e.to_json() for e in events]
+    entry = store.info(session)
+    head, base = entry.head, entry.baseline
+    if events:
+        lo, hi = events[0].version - 1, events[-1].version
+    else:
+        lo = hi = min(base if after is None else max(after, base), head if upto is None else upto)
+        if lo > base:
+            return []  # an empty window past the start holds no head
+    until = None
+    if hi < head:
+        until = next(iter(store.history(session, after=hi, upto=hi + 1))).recorded_at
+    return interleave_info(
+        events, changes, start=lo, since=None if lo <= base else events[0].recorded_at, until=until
+    )
+
+
 def _verify_lines(report: Any) -> None:
-    """``verify``'s human output: a line per session, its problems, erasures, a verdict."""
+    """``verify``'s human output: a line per session, its problems, erasures, rewinds and
+    info changes, a verdict."""
+    import json
+
     from rich.text import Text
 
     out = _out()
@@ -713,7 +747,18 @@ def _verify_lines(report: Any) -> None:
         if p.session not in checked:  # a vanished session, a bad signature
             out.print(Text("• ", style="red").append(safe(p.message)))
     for n in report.notices:
-        out.print(Text("erased: ", style="yellow").append(safe(n.message)))
+        out.print(Text(f"{safe(n.kind)}: ", style="yellow").append(safe(n.message)))
+    if len(report.sessions) == 1:
+        for c in report.info_changes:
+            by = f" by {c.actor!r}" if c.actor else ""
+            what = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in c.changes.items())
+            out.print(Text("info: ", style="yellow").append(
+                safe(f"set{by} at {c.changed_at.isoformat()}: {what}")
+            ))
+    elif report.info_changes:
+        out.print(Text("info: ", style="yellow").append(
+            f"{len(report.info_changes)} recorded set_info change(s) (--json lists them)"
+        ))
     if report.checkpoint is not None:
         out.print(Text(f"checkpoint of {safe(report.checkpoint)}: ").append_text(
             Text("extended", style="green") if report.ok else Text("NOT extended", style="red")

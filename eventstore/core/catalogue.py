@@ -26,8 +26,8 @@ import orjson
 
 from eventstore.core.codec import canonical
 from eventstore.core.models import check_json
-from eventstore.core.records import SessionInfo, to_datetime
-from eventstore.core.rows import NO_EFFECT, CatalogueEffect, CatalogueRow
+from eventstore.core.records import InfoChange, RecordedEvent, SessionInfo, to_datetime
+from eventstore.core.rows import NO_EFFECT, CatalogueEffect, CatalogueRow, RewindRow
 from eventstore.core.text import iso
 from eventstore.errors import InvalidEvent
 
@@ -42,6 +42,8 @@ __all__ = [
     "SessionPage",
     "Listing",
     "InfoChange",
+    "name_info_changes",
+    "interleave_info",
     "effect",
     "absolute_effect",
     "apply_effect",
@@ -369,27 +371,91 @@ class SessionPage:
         return {"items": [s.to_json() for s in self.items], "next_cursor": self.next_cursor}
 
 
-@dataclass(frozen=True)
-class InfoChange:
-    """One recorded ``set_info`` call.
+def name_info_changes(
+    records: Iterable[tuple[int, int, str | None, str]],
+    names: Mapping[int, str],
+    rewinds: Iterable[RewindRow],
+) -> list[InfoChange]:
+    """Recorded ``set_info`` calls as :class:`InfoChange` records, each under the id it was
+    made to.
 
-    Attributes:
-        session: the session id.
-        changed_at_micros: when (microseconds since the Unix epoch, UTC).
-        actor: who, or ``None``.
-        changes: what was set: a subset of ``{"title", "owner", "metadata"}`` with the new values.
+    Args:
+        records: ``(session_pk, changed_at, actor, changes JSON)`` in the order they were made.
+        names: the current id of each row.
+        rewinds: the rewind records of the rows: a row a rewind renamed to its kept id
+            held the rewound id until then, so a change recorded on it before the rewind
+            was made to that id.
     """
+    kept = {r.kept_pk: r for r in rewinds}
+    out = []
+    for pk, at, actor, changes in records:
+        r = kept.get(pk)
+        name = r.session_id if r is not None and at <= r.rewound_at else names[pk]
+        out.append(InfoChange(name, at, actor, orjson.loads(changes)))
+    return out
 
-    session: str
-    changed_at_micros: int
-    actor: str | None
-    changes: dict[str, Any]
 
-    def to_json(self) -> dict[str, Any]:
-        """``{"session", "changed_at" (ISO 8601 UTC), "actor", "changes"}``."""
-        return {
-            "session": self.session,
-            "changed_at": iso(to_datetime(self.changed_at_micros)),
-            "actor": self.actor,
-            "changes": self.changes,
-        }
+def _micros(when: Any) -> int:
+    return (when - to_datetime(0)) // _MICROSECOND
+
+
+_MICROSECOND = to_datetime(1) - to_datetime(0)
+
+
+def interleave_info(
+    events: Sequence[RecordedEvent],
+    changes: Sequence[InfoChange],
+    *,
+    start: int,
+    since: Any = None,
+    until: Any = None,
+) -> list[dict[str, Any]]:
+    """A history listing with the ``set_info`` calls in it: what ``history --json`` prints.
+
+    Each event is its :meth:`~eventstore.core.records.RecordedEvent.to_json` object,
+    unchanged; each change is placed, by time, after the last event recorded at or before
+    it, as ``{"record": "info", "type": "set_info", "session", "version", "recorded_at",
+    "actor", "changes"}`` where ``version`` is the head it was made at (as far as the
+    listing tells: ``start`` for a change before its first event).
+
+    Args:
+        events: the events listed, oldest first.
+        changes: the session's recorded changes (:meth:`EventStore.info_changes`).
+        start: the version just before the first event listed (the listing's ``after``).
+        since: when the first event listed was recorded, for a listing that does not start
+            at the beginning of the history (changes before it belong to an earlier page);
+            ``None`` otherwise.
+        until: when the event after the last one listed was recorded, or ``None`` when the
+            listing reaches the head: changes at or after it belong to a later page.
+    """
+    lo = None if since is None else _micros(since)
+    hi = None if until is None else _micros(until)
+    chosen = [
+        c
+        for c in changes
+        if (lo is None or c.changed_at_micros >= lo) and (hi is None or c.changed_at_micros < hi)
+    ]
+    chosen.sort(key=lambda c: c.changed_at_micros)
+    out: list[dict[str, Any]] = []
+    i, version = 0, start
+    for e in events:
+        at = _micros(e.recorded_at)
+        while i < len(chosen) and chosen[i].changed_at_micros < at:
+            out.append(_info_json(chosen[i], version))
+            i += 1
+        out.append(e.to_json())
+        version = e.version
+    out.extend(_info_json(c, version) for c in chosen[i:])
+    return out
+
+
+def _info_json(c: InfoChange, version: int) -> dict[str, Any]:
+    return {
+        "record": "info",
+        "type": "set_info",
+        "session": c.session,
+        "version": version,
+        "recorded_at": iso(c.changed_at),
+        "actor": c.actor,
+        "changes": c.changes,
+    }

@@ -4,6 +4,7 @@
 - :class:`RecordedEvent` — one event as :meth:`EventStore.history` yields it.
 - :class:`SessionInfo` — one row of :meth:`EventStore.sessions`.
 - :class:`VerifyReport` — what :meth:`EventStore.verify` found, as :class:`Problem` records.
+- :class:`InfoChange` — one recorded ``set_info`` (who, when, what).
 - :class:`CompactionRecord` — what the compaction storage primitive did.
 - :class:`Recovery` — what :meth:`EventStore.recover` did.
 """
@@ -249,6 +250,38 @@ class Problem:
 
 
 @dataclass(frozen=True)
+class InfoChange:
+    """One recorded ``set_info`` call.
+
+    Attributes:
+        session: the session id the call was made to (a line kept by a rewind reports
+            the changes made before it under the id it was rewound away from).
+        changed_at_micros: when (microseconds since the Unix epoch, UTC).
+        actor: who, or ``None``.
+        changes: what was set: a subset of ``{"title", "owner", "metadata"}`` with the new values.
+    """
+
+    session: str
+    changed_at_micros: int
+    actor: str | None
+    changes: dict[str, Any]
+
+    @property
+    def changed_at(self) -> datetime:
+        """When, as an aware UTC datetime."""
+        return to_datetime(self.changed_at_micros)
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"session", "changed_at" (ISO 8601 UTC), "actor", "changes"}``."""
+        return {
+            "session": self.session,
+            "changed_at": iso(self.changed_at),
+            "actor": self.actor,
+            "changes": self.changes,
+        }
+
+
+@dataclass(frozen=True)
 class VerifyReport:
     """What :meth:`EventStore.verify` found.
 
@@ -259,9 +292,12 @@ class VerifyReport:
         events: how many events were checked.
         snapshots: how many snapshots were compared with the fold of their events.
         notices: findings that are not failures: sessions erased through the API
-            (kind ``"erased"``, naming who, when and why).
+            (kind ``"erased"``, naming who, when and why) and rewinds (kind ``"rewound"``).
         checkpoint: the ``created_at`` (ISO 8601) of the checkpoint verified against, or
             ``None``.
+        info_changes: every recorded ``set_info`` of the sessions checked (who, when,
+            what), oldest first: the catalogue fields are outside the hash chain, so this
+            is their audit trail.
     """
 
     ok: bool
@@ -271,6 +307,7 @@ class VerifyReport:
     snapshots: int = 0
     notices: list[Problem] = field(default_factory=list)
     checkpoint: str | None = None
+    info_changes: list[InfoChange] = field(default_factory=list)
 
     def for_session(self, session: str) -> list[Problem]:
         """The problems found while checking ``session``."""
@@ -286,6 +323,7 @@ class VerifyReport:
             "snapshots": self.snapshots,
             "notices": [p.to_json() for p in self.notices],
             "checkpoint": self.checkpoint,
+            "info_changes": [c.to_json() for c in self.info_changes],
         }
 
 

@@ -5,7 +5,8 @@ catalogue's statements).
   event, the head does not move), each call recorded in ``info_changes`` (who, when, what);
 - :func:`list_sessions` pages through sessions by owner, metadata, title, status and time,
   one index scan per page (see :mod:`eventstore.storage.catalogue`);
-- :func:`info` / :func:`info_changes` read one session's entry and its change record.
+- :func:`info` / :func:`info_changes` read one session's entry and its change record;
+  :func:`all_info_changes` the change records ``verify`` reports.
 
 The columns a listing sorts and filters on are kept by every write that moves a head (see
 :mod:`eventstore.core.catalogue`), so nothing here folds a session.
@@ -15,8 +16,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from eventstore.core.catalogue import (
     InfoChange,
     SessionPage,
@@ -25,6 +24,7 @@ from eventstore.core.catalogue import (
     check_metadata,
     check_title,
     encode_cursor,
+    name_info_changes,
 )
 from eventstore.core.codec import canonical
 from eventstore.core.records import SessionInfo, to_datetime
@@ -33,7 +33,13 @@ from eventstore.core.turn_rules import INTERRUPTION, session_info
 from eventstore.engine.engine import Engine, now_micros
 from eventstore.storage import catalogue as rows
 
-__all__ = ["set_info", "list_sessions", "info", "info_changes"]
+__all__ = [
+    "set_info",
+    "list_sessions",
+    "info",
+    "info_changes",
+    "all_info_changes",
+]
 
 
 def set_info(
@@ -115,16 +121,35 @@ def info(engine: Engine, session: Any) -> SessionInfo:
 
 
 def info_changes(engine: Engine, session: Any) -> list[InfoChange]:
-    """Every recorded ``set_info`` of a session, oldest first."""
+    """Every recorded ``set_info`` of a session, oldest first.
+
+    A rewind moves the session id to a new row; the changes made to the id before it
+    (recorded on the row now kept) stay the session's. A kept line's own record holds
+    both: the changes made before its rewind (under the session's id) and after.
+    """
     engine.validate.id(session, "session")
-    with engine.storage.read() as tx:
+    st = engine.storage
+    with st.read() as tx:
         row = rows.row_by_id(tx, session)
         if row is None:
             raise engine.missing(tx, session)
-        return [
-            InfoChange(session, at, actor, orjson.loads(changes))
-            for at, actor, changes in rows.info_changes_of(tx, row.pk)
-        ]
+        held = st.list_rewinds(tx, session_id=session)
+        own = st.list_rewinds(tx, pks=[row.pk])
+        records = rows.info_records(tx, [row.pk, *(r.kept_pk for r in held)])
+        names = {r.kept_pk: r.kept_id for r in held} | {row.pk: session}
+        found = name_info_changes(records, names, [*held, *own])
+    return [c for c, rec in zip(found, records) if rec[0] == row.pk or c.session == session]
+
+
+def all_info_changes(engine: Engine, tx: Any, pks: Any = None) -> list[InfoChange]:
+    """The recorded ``set_info`` calls of the rows ``pks`` (``None``: every row), each under
+    the id it was made to, oldest first (the audit trail ``verify`` reports)."""
+    st = engine.storage
+    records = rows.info_records(tx, pks)
+    names = {r.pk: r.id for r in st.list_sessions(tx)}
+    return name_info_changes(
+        [r for r in records if r[0] in names], names, st.list_rewinds(tx, pks={r[0] for r in records})
+    )
 
 
 def list_sessions(
@@ -173,3 +198,4 @@ def list_sessions(
         key = last.updated_at if listing.order == "recent" else last.created_at
         next_cursor = encode_cursor(listing, (key, last.id))
     return SessionPage(items, next_cursor)
+

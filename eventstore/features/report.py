@@ -563,6 +563,15 @@ def _tree(
 def _verify(report: VerifyReport) -> str:
     erased = "".join(f"<li>{_e(n.message)}</li>" for n in report.notices)
     erased = f'<p class="muted">Erased or rewound through the API:</p><ul>{erased}</ul>' if erased else ""
+    # Title, owner and metadata live outside the hash chain: their record is the audit.
+    info = "".join(
+        f"<li>{_e(_ts(c.changed_at))} by {_e(c.actor or '(none)')} on <code>{_e(c.session)}</code>: "
+        + "; ".join(f"{_e(k)} = {_e(_json_text(v))}" for k, v in c.changes.items())
+        + "</li>"
+        for c in report.info_changes
+    )
+    if info:
+        erased += f'<p class="muted">Title, owner or metadata set (recorded, outside the hash chain):</p><ul>{info}</ul>'
     if report.ok:
         return (
             f"{_badge('ok')} hash chain and snapshots check out "

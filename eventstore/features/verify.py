@@ -32,6 +32,7 @@ from eventstore.core.rows import (
     TombstoneRow,
 )
 from eventstore.core.validation import MAX_VERSION
+from eventstore.engine import catalogue
 from eventstore.engine.engine import HISTORY_CHUNK, Engine, Tx
 from eventstore.features.audit import baseline_digest
 from eventstore.errors import CheckpointError, SessionErased
@@ -169,6 +170,10 @@ def verify(
     reordered or re-created, a vanished session or a bad signature is a problem naming the
     session; an erasure through the API is a notice.
 
+    The report also lists every recorded ``set_info`` of the sessions checked (who, when,
+    what): a session's title, owner and metadata are kept outside its hash chain, and
+    this is their record.
+
     Args:
         engine: the engine.
         session: one session; ``None`` checks every session.
@@ -206,6 +211,9 @@ def verify(
             rows, notices = [], [_erased(mark)]
     with engine.storage.read() as tx:
         rewinds = engine.storage.list_rewinds(tx)
+        changes = catalogue.all_info_changes(engine, tx) if session is None else []
+    if session is not None and rows:
+        changes = catalogue.info_changes(engine, session)
     notices += [_rewound(r) for r in rewinds if session is None or session in (r.session_id, r.kept_id)]
     problems: list[Problem] = []
     n_events = n_snaps = 0
@@ -235,6 +243,7 @@ def verify(
         snapshots=n_snaps,
         notices=notices,
         checkpoint=None if checkpoint is None else checkpoint.created_at.isoformat(),
+        info_changes=changes,
     )
 
 

@@ -53,6 +53,7 @@ __all__ = [
     "all_rows",
     "set_info",
     "info_changes_of",
+    "info_records",
     "forget",
 ]
 
@@ -317,6 +318,16 @@ def info_changes_of(tx: Tx, pk: int) -> list[tuple[int, str | None, str]]:
         select(c.changed_at, c.actor, c.changes).where(c.session_pk == pk).order_by(c.id)
     ).all()
     return [(int(a), b, str(d)) for a, b, d in rows]
+
+
+def info_records(tx: Tx, pks: Sequence[int] | None = None) -> list[tuple[int, int, str | None, str]]:
+    """``(session_pk, changed_at, actor, changes)`` of the recorded ``set_info`` calls of the
+    rows ``pks`` (``None``: of every row), in the order they were made."""
+    c = info_changes.c
+    q = select(c.session_pk, c.changed_at, c.actor, c.changes).order_by(c.id)
+    if pks is not None:
+        q = q.where(c.session_pk.in_(list(pks)))
+    return [(int(p), int(a), b, str(d)) for p, a, b, d in tx.execute(q).all()]
 
 
 def forget(tx: Tx, pks: Sequence[int]) -> None:
