@@ -6,7 +6,9 @@ catalogue's statements).
 - :func:`list_sessions` pages through sessions by owner, metadata, title, status and time,
   one index scan per page (see :mod:`eventstore.storage.catalogue`);
 - :func:`info` / :func:`info_changes` read one session's entry and its change record;
-  :func:`all_info_changes` the change records ``verify`` reports.
+  :func:`all_info_changes` the change records ``verify`` reports;
+- :func:`rows_by_pk`, :func:`info_records`, :func:`restore_info` and :func:`touch` are
+  what an export reads and an import writes back, in the caller's transaction.
 
 The columns a listing sorts and filters on are kept by every write that moves a head (see
 :mod:`eventstore.core.catalogue`), so nothing here folds a session.
@@ -39,6 +41,10 @@ __all__ = [
     "info",
     "info_changes",
     "all_info_changes",
+    "rows_by_pk",
+    "info_records",
+    "restore_info",
+    "touch",
 ]
 
 
@@ -199,3 +205,34 @@ def list_sessions(
         next_cursor = encode_cursor(listing, (key, last.id))
     return SessionPage(items, next_cursor)
 
+
+def rows_by_pk(tx: Any, pks: list[int]) -> dict[int, CatalogueRow]:
+    """The catalogue rows of sessions, by pk (in the caller's transaction)."""
+    return rows.rows_by_pk(tx, pks)
+
+
+def info_records(tx: Any, pks: list[int]) -> list[tuple[int, int, str | None, str]]:
+    """``(session_pk, changed_at, actor, changes JSON)`` of the rows' ``set_info`` calls,
+    in the order they were made."""
+    return rows.info_records(tx, pks)
+
+
+def restore_info(
+    tx: Any,
+    pk: int,
+    *,
+    title: str | None,
+    owner: str | None,
+    metadata: str | None,
+    changes: list[tuple[int, str | None, str]],
+) -> None:
+    """Give an imported row the title, owner and metadata (canonical JSON text) it had,
+    and the record of the ``set_info`` calls that set them (``(changed_at, actor,
+    changes JSON)``, oldest first)."""
+    rows.restore_info(tx, pk, {"title": title, "owner": owner, "metadata": metadata}, changes)
+
+
+def touch(tx: Any, pk: int, at: int) -> None:
+    """Make ``at`` a row's last activity if it is newer than what the row says (an imported
+    rewind counts as activity of the row it made)."""
+    rows.touch(tx, pk, at)

@@ -30,15 +30,19 @@ from typing import IO, Any
 import orjson
 
 from eventstore.core.appends import snapshot_boundaries
+from eventstore.core.catalogue import check_metadata, check_title
 from eventstore.core.codec import canonical, recorded_hash, state_digest
 from eventstore.core.ids import check_new_session_id
 from eventstore.core.models import check_json, parse_action
 from eventstore.core.records import to_datetime
 from eventstore.core.reducer import fold_json
-from eventstore.core.rows import ZERO_HASH, CompactionRow, EventRow, NewSession, SessionRow
+from eventstore.core.rewinds import is_kept_line, kept_reason
+from eventstore.core.rows import ZERO_HASH, CompactionRow, EventRow, NewSession, RewindRow, SessionRow
 from eventstore.core.text import iso
 from eventstore.engine.engine import Engine
 from eventstore.errors import CompactedError, InvalidEvent, SessionExists
+from eventstore.engine import catalogue as catalogue_rows
+from eventstore.features.audit import check_reason
 from eventstore.features.files import text_out
 
 __all__ = ["EXPORT_FORMAT", "EXPORT_FORMAT_VERSION", "ImportResult", "export", "import_"]
@@ -128,7 +132,11 @@ def export(
     storage = engine.storage
     with storage.read() as tx:
         row = engine.row(tx, session)
-        chain = engine.lineage(tx, row)
+        chain, rewinds = _family(engine, tx, row)
+        kept_from = {rec.kept_pk: rec.session_id for rec in rewinds}
+        by_pk = {r.pk: r for r in chain}
+        catalogue = catalogue_rows.rows_by_pk(tx, list(by_pk))
+        changes = catalogue_rows.info_records(tx, list(by_pk))
         blocks: list[tuple[JSON, list[EventRow]]] = []
         for r in chain:
             fork_hash, fork_turn = _fork_point(engine, tx, r)
@@ -152,14 +160,79 @@ def export(
                 "created_at": r.created_at,
                 "created_at_iso": _iso(r.created_at),
                 "events": len(evs),
+                "info": _info_json(catalogue.get(r.pk)),
+                "info_changes": [
+                    {"changed_at": at, "changed_at_iso": _iso(at), "actor": actor, "changes": orjson.Fragment(c)}
+                    for pk, at, actor, c in changes
+                    if pk == r.pk
+                ],
             }
+            if r.pk in kept_from:
+                # A kept line's events were appended to the id it was rewound away from:
+                # that id is in their hashes.
+                head["appended_to"] = kept_from[r.pk]
             blocks.append((head, evs))
+        lines = [
+            {
+                "session": rec.session_id,
+                "kept": rec.kept_id,
+                "made": by_pk[rec.new_pk].id,
+                "from_head": rec.from_head,
+                "from_hash": rec.from_hash.hex(),
+                "to_version": rec.to_version,
+                "rewound_at": rec.rewound_at,
+                "rewound_at_iso": _iso(rec.rewound_at),
+                "actor": rec.actor,
+                "reason": rec.reason,
+            }
+            for rec in rewinds
+        ]
     for r, (head, _) in zip(chain, blocks):
         if r.baseline:
             head["baseline_state"] = engine.load(r.id, r.baseline)
     total = sum(len(evs) for _, evs in blocks)
     with text_out(out) as fh:
-        return _write(fh, session, chain, blocks, total, progress)
+        return _write(fh, session, chain, blocks, total, progress, lines)
+
+
+def _family(engine: Engine, tx: Any, row: SessionRow) -> tuple[list[SessionRow], list[RewindRow]]:
+    """The rows an export of ``row`` carries, parents first, and the rewinds among them.
+
+    The session's lineage, and for every rewind of the session's id, and every rewind that
+    kept or made one of the rows carried, both of its rows with their lineages: a kept
+    line cannot be imported without the rewind that names it, nor that rewind without
+    the row it made. Rows are ordered by pk (a parent is always older than its branch).
+    """
+    st = engine.storage
+    chosen = {r.pk: r for r in engine.lineage(tx, row)}
+    found: dict[int, RewindRow] = {}
+    pending = st.list_rewinds(tx, session_id=row.id)
+    while True:
+        pending += st.list_rewinds(tx, pks=list(chosen))
+        grew = False
+        for rec in pending:
+            if rec.seq in found:
+                continue
+            found[rec.seq] = rec
+            for pk in (rec.kept_pk, rec.new_pk):
+                other = chosen.get(pk) or st.get_session_by_pk(tx, pk)
+                if other is not None and pk not in chosen:
+                    chosen.update((r.pk, r) for r in engine.lineage(tx, other))
+                    grew = True
+        pending = []
+        if not grew:
+            break
+    rows = sorted(chosen.values(), key=lambda r: r.pk)
+    kept = [rec for _, rec in sorted(found.items()) if rec.kept_pk in chosen and rec.new_pk in chosen]
+    return rows, kept
+
+
+def _info_json(row: Any) -> JSON:
+    """A session's catalogue fields set by ``set_info`` (``None`` when unset)."""
+    if row is None:
+        return {"title": None, "owner": None, "metadata": None}
+    meta = None if row.metadata is None else orjson.Fragment(row.metadata)
+    return {"title": row.title, "owner": row.owner, "metadata": meta}
 
 
 def _write(
@@ -169,6 +242,7 @@ def _write(
     blocks: list[tuple[JSON, list[EventRow]]],
     total: int,
     progress: Progress | None,
+    rewinds: list[JSON],
 ) -> int:
     def dumps(obj: Any) -> bytes:
         # Sorted keys: the same session exports to the same bytes from any backend.
@@ -182,6 +256,7 @@ def _write(
                 "session": session,
                 "sessions": [r.id for r in chain],
                 "events": total,
+                "rewinds": rewinds,
             }
         ).decode()
         + "\n"
@@ -390,9 +465,11 @@ class _ChainCheck:
     """A block's hash chain and turns, recomputed event by event; raises on the first
     mismatch."""
 
-    def __init__(self, meta: JSON, line: int) -> None:
+    def __init__(self, meta: JSON, line: int, name: str | None = None) -> None:
         self.meta, self.line = meta, line
         self.sid = meta["id"]
+        # The id the events were appended to (a kept line's: the id it was rewound from).
+        self.name = name or self.sid
         self.baseline = meta["baseline"]
         self.baseline_hash = (
             _hex(meta["baseline_hash"], line, "baseline_hash") if meta.get("baseline_hash") else None
@@ -417,7 +494,7 @@ class _ChainCheck:
         expected_turn = self.prev_turn + (1 if e.type == "send" else 0)
         if e.turn != expected_turn:
             raise _bad(line, f"session {sid!r}: event {e.version} has turn {e.turn}, expected {expected_turn}", "turn")
-        if recorded_hash(self.prev_hash, sid, e) != e.hash:
+        if recorded_hash(self.prev_hash, self.name, e) != e.hash:
             raise _bad(
                 line,
                 f"session {sid!r}: event {e.version} does not match its hash "
@@ -540,6 +617,8 @@ def import_(
     total = total if isinstance(total, int) and not isinstance(total, bool) and total >= 0 else 0
     results: list[ImportResult] = []
     new_blobs: set[bytes] = set()
+    rewinds = _rewinds(engine, header)
+    kept_names = {r.kept_id: r.session_id for r, _ in rewinds}
     with engine.storage.write() as tx:
         block: _Import | None = None
         done = 0
@@ -547,7 +626,7 @@ def import_(
             if isinstance(item, dict):
                 if block is not None:
                     results.append(block.finish())
-                block = _Import(engine, tx, item, reader.line, new_blobs)
+                block = _Import(engine, tx, item, reader.line, new_blobs, kept_names)
             else:
                 assert block is not None
                 block.add(item)
@@ -556,9 +635,82 @@ def import_(
                     progress(done, max(total, done))
         if block is not None:
             results.append(block.finish())
+        _restore_rewinds(engine, tx, rewinds, {r.session for r in results if r.status == "created"})
     if progress is not None:
         progress(done, max(total, done))
     return results
+
+
+def _rewinds(engine: Engine, header: JSON) -> list[tuple[RewindRow, str]]:
+    """The header's rewind records, checked, each with the id of the row it made (the
+    pks are filled in once the rows exist)."""
+    found = header.get("rewinds", [])
+    if not isinstance(found, list):
+        raise _bad(1, "rewinds must be a list", "rewinds")
+    v = engine.validate
+    out: list[tuple[RewindRow, str]] = []
+    for i, r in enumerate(found):
+        where = f"rewinds[{i}]"
+        if not isinstance(r, dict):
+            raise _bad(1, f"{where} is not an object", "rewinds")
+        try:
+            session, kept, made = (v.id(r.get(k), k) for k in ("session", "kept", "made"))
+            actor = v.optional_id(r.get("actor"), "actor")
+            reason = r.get("reason")
+            if reason is not None:
+                reason = check_reason(reason)
+        except InvalidEvent as exc:
+            raise _bad(1, f"{where}: {exc.reason}", "rewinds") from None
+        if not is_kept_line(kept, session):
+            raise _bad(1, f"{where}: {kept!r} is not a line kept from {session!r}", "rewinds")
+        rec = RewindRow(
+            session_id=session,
+            kept_id=kept,
+            kept_pk=0,
+            new_pk=0,
+            from_head=_int(r, "from_head", 1),
+            from_hash=_hex(r.get("from_hash"), 1, f"{where}.from_hash"),
+            to_version=_int(r, "to_version", 1),
+            rewound_at=_int(r, "rewound_at", 1),
+            actor=actor,
+            reason=reason,
+        )
+        out.append((rec, made))
+    if len({r.kept_id for r, _ in out}) != len(out):
+        raise _bad(1, "rewinds: a kept id appears twice", "rewinds")
+    return out
+
+
+def _restore_rewinds(engine: Engine, tx: Any, rewinds: list[tuple[RewindRow, str]], created: set[str]) -> None:
+    """Write back the file's rewinds once its rows exist: each kept line is closed, marked
+    as a line of the row its rewind made, and its record written; a record already here
+    (the same file imported again) is left as it is."""
+    st = engine.storage
+    for rec, made in rewinds:
+        kept_row, made_row = st.get_session(tx, rec.kept_id), st.get_session(tx, made)
+        if kept_row is None or made_row is None:
+            raise _bad(1, f"the rewind that kept {rec.kept_id!r} names a session the file does not hold", "rewinds")
+        if (
+            kept_row.head != rec.from_head
+            or kept_row.head_hash != rec.from_hash
+            or made_row.parent_pk != kept_row.pk
+            or (made_row.fork_version or 0) != rec.to_version
+        ):
+            raise _bad(1, f"the rewind that kept {rec.kept_id!r} does not match its sessions", "rewinds")
+        here = [r for r in st.list_rewinds(tx, session_id=rec.session_id) if r.kept_id == rec.kept_id]
+        if here:
+            if (here[0].kept_pk, here[0].new_pk, here[0].to_version) != (kept_row.pk, made_row.pk, rec.to_version):
+                raise _conflict(rec.kept_id, "was kept by another rewind than the file's")
+            continue
+        if rec.kept_id not in created:
+            raise _conflict(rec.kept_id, "is not the line the file's rewind kept")
+        st.restore_rewind(
+            tx,
+            replace(rec, kept_pk=kept_row.pk, new_pk=made_row.pk),
+            rec.rewound_at,
+            kept_reason(rec.session_id, rec.to_version),
+        )
+        catalogue_rows.touch(tx, made_row.pk, rec.rewound_at)
 
 
 class _Import:
@@ -567,11 +719,17 @@ class _Import:
 
     CHUNK = 500
 
-    def __init__(self, engine: Engine, tx: Any, meta: JSON, line: int, new_blobs: set[bytes]) -> None:
+    def __init__(
+        self, engine: Engine, tx: Any, meta: JSON, line: int, new_blobs: set[bytes], kept_names: Mapping[str, str]
+    ) -> None:
         self.engine, self.tx, self.meta, self.line, self.new_blobs = engine, tx, meta, line, new_blobs
-        self.check = _ChainCheck(meta, line)
-        storage = engine.storage
         sid = meta["id"]
+        self.kept_line = sid in kept_names
+        if meta.get("appended_to") != kept_names.get(sid):
+            raise _bad(line, f"session {sid!r}: appended_to does not match the file's rewinds", "appended_to")
+        self.check = _ChainCheck(meta, line, kept_names.get(sid))
+        self.info = _info(engine, meta, line)
+        storage = engine.storage
         # Locked: an import that extends or restores a session serialises with its appends.
         self.existing = storage.lock_session(tx, sid)
         self.parent_pk = _check_parent(engine, tx, meta)
@@ -591,7 +749,8 @@ class _Import:
         sid = m["id"]
         baseline = m["baseline"]
         try:
-            check_new_session_id(sid)
+            if not self.kept_line:  # a kept id is the file's rewind's, checked with it
+                check_new_session_id(sid)
         except InvalidEvent as exc:
             raise _bad(self.line, exc.reason, exc.field) from None
         fork = m.get("fork_version") if self.parent_pk else None
@@ -672,7 +831,44 @@ class _Import:
             engine.storage.insert_compaction(tx, replace(rec, session_pk=self.row.pk))
         engine.storage.set_head(tx, self.row.pk, m["head"], bytes.fromhex(m["head_hash"]), m["head_turn"])
         engine.refresh_catalogue(tx, self.row.pk)
+        if self.info is not None:
+            fields, changes = self.info
+            catalogue_rows.restore_info(tx, self.row.pk, **fields, changes=changes)
         return ImportResult(sid, "created", self.count, m["head"])
+
+
+def _info(engine: Engine, meta: JSON, line: int) -> tuple[dict[str, Any], list[tuple[int, str | None, str]]] | None:
+    """A block's ``info`` and ``info_changes``, checked as ``set_info`` checks them
+    (``None``: the file has neither, as files written before them)."""
+    info, changes = meta.get("info"), meta.get("info_changes", [])
+    if info is None and not changes:
+        return None
+    v = engine.validate
+    sid = meta["id"]
+    if not isinstance(info, dict) or not isinstance(changes, list):
+        raise _bad(line, f"session {sid!r}: info must be an object and info_changes a list", "info")
+    try:
+        title = check_title(info.get("title")) or None
+        owner = None if info.get("owner") is None else v.id(info.get("owner"), "owner")
+        meta_obj = check_metadata(info.get("metadata"))
+        records = []
+        for c in changes:
+            if not isinstance(c, dict) or not isinstance(c.get("changes"), dict):
+                raise InvalidEvent("an info change must be an object with changes", field="info_changes")
+            what = c["changes"]
+            check_title(what.get("title"))
+            check_metadata(what.get("metadata"))
+            if set(what) - {"title", "owner", "metadata"}:
+                raise InvalidEvent("an info change sets only title, owner and metadata", field="info_changes")
+            records.append((_int(c, "changed_at", line), v.optional_id(c.get("actor"), "actor"), canonical(what).decode()))
+    except InvalidEvent as exc:
+        raise _bad(line, f"session {sid!r}: {exc.reason}", exc.field) from None
+    fields = {
+        "title": title,
+        "owner": owner,
+        "metadata": canonical(meta_obj).decode() if meta_obj else None,
+    }
+    return fields, records
 
 
 def _check_parent(engine: Engine, tx: Any, m: JSON) -> int | None:

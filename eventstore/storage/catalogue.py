@@ -54,6 +54,8 @@ __all__ = [
     "set_info",
     "info_changes_of",
     "info_records",
+    "restore_info",
+    "touch",
     "forget",
 ]
 
@@ -328,6 +330,20 @@ def info_records(tx: Tx, pks: Sequence[int] | None = None) -> list[tuple[int, in
     if pks is not None:
         q = q.where(c.session_pk.in_(list(pks)))
     return [(int(p), int(a), b, str(d)) for p, a, b, d in tx.execute(q).all()]
+
+
+def restore_info(
+    tx: Tx, pk: int, values: Mapping[str, Any], changes: Sequence[tuple[int, str | None, str]]
+) -> None:
+    """Set a row's ``set_info`` columns and insert its change records as given (an import)."""
+    tx.execute(update(sessions).where(s.pk == pk).values(dict(values)))
+    for at, actor, what in changes:
+        tx.execute(insert(info_changes).values(session_pk=pk, changed_at=at, actor=actor, changes=what))
+
+
+def touch(tx: Tx, pk: int, at: int) -> None:
+    """Raise a row's ``updated_at`` to ``at`` (never lower it)."""
+    tx.execute(update(sessions).where(s.pk == pk, s.updated_at < at).values(updated_at=at))
 
 
 def forget(tx: Tx, pks: Sequence[int]) -> None:

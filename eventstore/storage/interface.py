@@ -502,6 +502,17 @@ class Storage(ABC):
         """
 
     @abstractmethod
+    def restore_rewind(self, tx: Tx, rec: RewindRow, closed_at: int, reason: str) -> None:
+        """Write back a rewind an export carried (an import): row ``rec.kept_pk``, already
+        named ``rec.kept_id`` and holding the kept line, is closed to writes (``reason``)
+        and marked as a line of row ``rec.new_pk``; the audit record ``rec`` is written.
+        No event row is touched.
+
+        Raises:
+            StorageError: the role may not, or the record's kept id is taken.
+        """
+
+    @abstractmethod
     def list_rewinds(
         self, tx: Tx, *, session_id: str | None = None, pks: Collection[int] | None = None
     ) -> list[RewindRow]:

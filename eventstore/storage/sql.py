@@ -1354,6 +1354,11 @@ class SqlStorage(Storage):
         record_rewind(tx, dataclasses.replace(rec, new_pk=row.pk))
         return row
 
+    def restore_rewind(self, tx: Tx, rec: RewindRow, closed_at: int, reason: str) -> None:
+        keep_line(tx, rec.kept_pk, rec.kept_id, closed_at, reason)
+        mark_line(tx, rec.kept_pk, rec.new_pk)
+        record_rewind(tx, rec)
+
     def list_rewinds(
         self, tx: Tx, *, session_id: str | None = None, pks: Collection[int] | None = None
     ) -> list[RewindRow]:
