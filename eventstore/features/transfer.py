@@ -587,8 +587,11 @@ def import_(
     record's digest names. A session that already exists is left alone when it holds the
     same history (``present``), extended when it holds a prefix of it (``extended``), and a
     compacted session gets back the events its archive holds and its earlier baseline
-    (``restored``); any other difference refuses the import. (An existing session's block
-    is held in memory while it is compared.)
+    (``restored``); any other difference refuses the import. Restored events come back in
+    the feed right before the session's first remaining event, so each session's events keep
+    coming in version order (see :meth:`Storage.restore_events
+    <eventstore.storage.interface.Storage.restore_events>`). (An existing session's block is
+    held in memory while it is compared.)
 
     Args:
         engine: the engine.
@@ -601,7 +604,8 @@ def import_(
     Raises:
         InvalidEvent: the file is malformed or was tampered with, or an argument is
             malformed; nothing was written.
-        SessionExists: a session of the file exists with a different history.
+        SessionExists: a session of the file exists with a different history, or (SQLite)
+            its restored events find no free feed positions before its remaining ones.
         SessionErased: a session of the file was erased here (its id is not reused).
         SessionNotFound: a branch's parent is neither in the file nor in the store.
     """
@@ -1024,8 +1028,13 @@ def _restore_prefix(
         )
     present = {e.version for e in storage.read_events(tx, row.pk, after=fork, upto=bl)}
     back = [_with_pk(e, row.pk) for e in b.events if e.version <= bl and e.version not in present]
-    for chunk in storage.iter_chunks(back, 500):
-        storage.insert_events(tx, chunk)
+    # In the feed, right before the session's first remaining event, not after it: each
+    # session's events keep coming in version order (see docs/live.md).
+    if not storage.restore_events(tx, back, before=bl + 1):
+        raise _conflict(
+            row.id,
+            f"its events below version {bl + 1} cannot be put back before it in the feed's order",
+        )
     new_baseline = m["baseline"]
     rec = _baseline_record(m, b.line, [e for e in b.events if e.version <= new_baseline])
     if rec is not None:

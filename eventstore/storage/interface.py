@@ -304,6 +304,25 @@ class Storage(ABC):
         """Insert a batch of events in one round trip where the driver allows."""
 
     @abstractmethod
+    def restore_events(self, tx: Tx, rows: Sequence[EventRow], *, before: int) -> bool:
+        """Put back events of one session below its event at version ``before`` (an import
+        undoing a compaction), at feed positions that keep the session in version order.
+
+        ``rows``: one session's events, in version order, all below ``before`` and above
+        every event of the session that is still there below ``before``. They take feed
+        positions right before the event at ``before`` — not after every event committed
+        since, as an insert would — so that a feed read from the start yields the session
+        in version order, and a feed that has read past that event does not yield them
+        (it had them before the compaction took them away). With no event at ``before``,
+        they are inserted as any insert is (at the end of the feed).
+
+        Returns:
+            ``False`` when the rows cannot get such positions (SQLite, whose positions are
+            row numbers: the free numbers between the session's neighbours ran out); then
+            nothing was written.
+        """
+
+    @abstractmethod
     def events_by_id(self, tx: Tx, session_pk: int, event_ids: Sequence[str]) -> list[EventRow]:
         """The events of a session carrying any of these ids, in version order."""
 

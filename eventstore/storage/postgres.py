@@ -1076,6 +1076,12 @@ class PostgresStorage(SqlStorage):
         )
         return func.greatest(literal_column(FEED_XACT), earlier)
 
+    def _restore_xacts(self, tx: Tx, n: int, below: int, above: int) -> list[int] | None:
+        # The feed's order is (xact, session, version): with the number of the session's
+        # first remaining event, the restored (lower) versions sort right before it. The
+        # number is below the barrier already, so a feed past it does not see them.
+        return [above] * n
+
     feed_banded = True
 
     def feed_barrier(self, tx: Tx) -> FeedBarrier:

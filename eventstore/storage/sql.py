@@ -919,6 +919,37 @@ class SqlStorage(Storage):
             ],
         )
 
+    def restore_events(self, tx: Tx, rows: Sequence[EventRow], *, before: int) -> bool:
+        if not rows:
+            return True
+        pk = rows[0].session_pk
+        above = tx.execute(
+            select(events.c.xact).where(events.c.session_pk == pk, events.c.version == before)
+        ).scalar()
+        if above is None:
+            self.insert_events(tx, rows)
+            return True
+        below = tx.execute(
+            select(func.max(events.c.xact)).where(
+                events.c.session_pk == pk, events.c.version < rows[0].version
+            )
+        ).scalar()
+        xacts = self._restore_xacts(tx, len(rows), int(below or 0), int(above))
+        if xacts is None:
+            return False
+        # Not the hot insert: a restore is rare, and its feed numbers are given, not computed.
+        tx.execute(
+            insert(events),
+            [{**{f: getattr(r, f) for f in _EVENT_KEYS}, "xact": x} for r, x in zip(rows, xacts)],
+        )
+        return True
+
+    def _restore_xacts(self, tx: Tx, n: int, below: int, above: int) -> list[int] | None:
+        """The feed numbers of ``n`` restored events of a session, ascending, between the
+        number of its nearest event below them (``below``, 0: none) and of its first event
+        above (``above``); ``None`` when there are none to give."""
+        raise NotImplementedError
+
     def events_by_id(self, tx: Tx, session_pk: int, event_ids: Sequence[str]) -> list[EventRow]:
         out: list[EventRow] = []
         for chunk in self.iter_chunks(list(event_ids), _CHUNK):

@@ -194,6 +194,31 @@ class SQLiteStorage(SqlStorage):
         deleted = select(feed_clock.c.xact).where(feed_clock.c.id == literal_column("1")).scalar_subquery()
         return func.max(func.coalesce(newest, zero), func.coalesce(deleted, zero)) + literal_column("1")
 
+    def _restore_xacts(self, tx: Any, n: int, below: int, above: int) -> list[int] | None:
+        # A feed number is the row's key here: no two rows share one. The free numbers
+        # nearest below `above` (those the compaction freed are among them, and no insert
+        # reuses a number below the newest), walked down from `above` until there are `n`.
+        # Highest first, so that the lower ones stay for sessions whose first remaining
+        # event is lower.
+        free: list[int] = []
+        top = above
+        rows = tx.execute(
+            select(events.c.xact)
+            .where(events.c.xact > below, events.c.xact < above)
+            .order_by(events.c.xact.desc())
+        )
+        try:
+            for (x,) in rows:
+                free.extend(range(top - 1, x, -1)[: n - len(free)])
+                if len(free) == n:
+                    break
+                top = x
+            else:
+                free.extend(range(top - 1, below, -1)[: n - len(free)])
+        finally:
+            rows.close()
+        return sorted(free) if len(free) == n else None
+
     def _probe(self) -> Probe:
         return _DataVersionProbe(self._path)
 
