@@ -38,7 +38,7 @@ from eventstore.core.models import Action, SessionState
 from eventstore.core.records import AppendResult, RecordedEvent, Recovery, SessionInfo, VerifyReport
 from eventstore.core.turn_rules import RecoveryStatus
 from eventstore.core.turn_view import Turn
-from eventstore.engine import catalogue
+from eventstore.engine import catalogue, reads
 from eventstore.engine import turns as streaming
 from eventstore.engine.async_bridge import iterate, live, run
 from eventstore.engine.async_turns import AsyncStreamingTurn, AsyncTurnWriter
@@ -251,7 +251,7 @@ class AsyncEventStore(StoreBase):
         this loop."""
         state = FollowState(time.time)
         plan = functools.partial(
-            self._engine.follow_plan, session, after=after, idle_timeout=idle_timeout, state=state
+            reads.follow_plan, self._engine, session, after=after, idle_timeout=idle_timeout, state=state
         )
         storage = self._engine.storage
         watcher = storage.async_watcher()
@@ -260,7 +260,7 @@ class AsyncEventStore(StoreBase):
     def feed(self, *, after: str | None = None, idle_timeout: float | None = 1.0) -> AsyncFollower:
         """``async for`` twin of :meth:`eventstore.EventStore.feed`."""
         state = FollowState(time.time)
-        plan = functools.partial(self._engine.feed_plan, after=after, idle_timeout=idle_timeout, state=state)
+        plan = functools.partial(reads.feed_plan, self._engine, after=after, idle_timeout=idle_timeout, state=state)
         storage = self._engine.storage
         watcher = storage.async_watcher()
         return AsyncFollower(live(plan, watcher, storage.others_committed), state, watcher.wake)

@@ -30,7 +30,8 @@ from eventstore.core.codec import canonical
 from eventstore.core.records import SessionInfo, to_datetime
 from eventstore.core.rows import CatalogueRow, SessionControl
 from eventstore.core.turn_rules import INTERRUPTION, session_info
-from eventstore.engine.engine import Engine, now_micros
+from eventstore.engine.engine import Engine
+from eventstore.engine.transaction_steps import now_micros
 from eventstore.storage import catalogue as rows
 
 __all__ = ["set_info", "list_sessions", "info", "info_changes"]

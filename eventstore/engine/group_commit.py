@@ -36,7 +36,8 @@ import asyncio
 
 from eventstore.core.records import AppendResult
 from eventstore.engine.async_bridge import run
-from eventstore.engine.engine import AppendRequest, Engine, PlannedAppend, now_micros
+from eventstore.engine.engine import AppendRequest, Engine, PlannedAppend
+from eventstore.engine.transaction_steps import now_micros
 from eventstore.errors import EventStoreError, StorageError
 from eventstore.storage.interface import EventIdRace
 

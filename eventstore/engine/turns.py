@@ -50,7 +50,8 @@ from eventstore.core.turn_rules import (
     turn_action,
     writer_stale,
 )
-from eventstore.engine.engine import Engine, now_micros
+from eventstore.engine.engine import Engine
+from eventstore.engine.transaction_steps import now_micros
 from eventstore.engine.planner import AppendPlan
 from eventstore.errors import (
     EventStoreError,

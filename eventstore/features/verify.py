@@ -32,7 +32,8 @@ from eventstore.core.rows import (
     TombstoneRow,
 )
 from eventstore.core.validation import MAX_VERSION
-from eventstore.engine.engine import HISTORY_CHUNK, Engine, Tx
+from eventstore.engine.engine import Engine, Tx
+from eventstore.engine.reads import HISTORY_CHUNK
 from eventstore.features.audit import baseline_digest
 from eventstore.errors import CheckpointError, SessionErased
 
