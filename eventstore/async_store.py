@@ -46,13 +46,13 @@ from eventstore.engine.engine import DEFAULT_SNAPSHOT_EVERY
 from eventstore.engine.facade import StoreBase
 from eventstore.engine.group_commit import AppendGroup
 from eventstore.engine.turns import DEFAULT_MAX_DELAY
-from eventstore.features import audit, compaction, timetravel, transfer
+from eventstore.features import audit, compaction, exporting, importing, timetravel
 from eventstore.features import report as reporting
 from eventstore.features import rewind as rewinding
 from eventstore.features import verify as verifying
 from eventstore.features.compaction import CompactResult
 from eventstore.features.timetravel import ReplayStep
-from eventstore.features.transfer import ImportResult
+from eventstore.features.importing import ImportResult
 
 __all__ = ["AsyncEventStore"]
 
@@ -231,7 +231,7 @@ class AsyncEventStore(StoreBase):
         self, src: IO[str] | Iterable[str], *, progress: Callable[[int, int], None] | None = None
     ) -> list[ImportResult]:
         """Twin of :meth:`EventStore.import_ <eventstore.EventStore.import_>`."""
-        return await run(transfer.import_, self._engine, src, progress=progress)
+        return await run(importing.import_, self._engine, src, progress=progress)
 
     # -- reads --------------------------------------------------------------------------
 
@@ -356,7 +356,7 @@ class AsyncEventStore(StoreBase):
         progress: Callable[[int, int], None] | None = None,
     ) -> int:
         """Twin of :meth:`EventStore.export <eventstore.EventStore.export>`."""
-        return await run(transfer.export, self._engine, session, out, progress=progress)
+        return await run(exporting.export, self._engine, session, out, progress=progress)
 
     async def verify(
         self,

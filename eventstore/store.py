@@ -12,7 +12,7 @@
 The machinery is in :mod:`eventstore.engine.engine` (appends, loads, branches, the compaction
 primitive) over the pure :mod:`eventstore.core.appends`; the features are modules that take
 the engine: :mod:`eventstore.features.timetravel` (diff, replay, turns), :mod:`eventstore.features.compaction`,
-:mod:`eventstore.features.transfer` (export / import) and :mod:`eventstore.features.verify`. The wire
+:mod:`eventstore.features.exporting` / :mod:`~eventstore.features.importing` and :mod:`eventstore.features.verify`. The wire
 format and the reducer's rules are described in ``docs/format.md``.
 
 One ``EventStore`` may be shared by many threads (a sync web server does exactly this):
@@ -41,13 +41,13 @@ from eventstore.engine import turns as streaming
 from eventstore.engine.engine import DEFAULT_SNAPSHOT_EVERY
 from eventstore.engine.facade import StoreBase
 from eventstore.engine.turns import DEFAULT_MAX_DELAY, StreamingTurn, TurnWriter
-from eventstore.features import audit, compaction, timetravel, transfer
+from eventstore.features import audit, compaction, exporting, importing, timetravel
 from eventstore.features import report as reporting
 from eventstore.features import rewind as rewinding
 from eventstore.features import verify as verifying
 from eventstore.features.compaction import CompactResult
 from eventstore.features.timetravel import ReplayStep
-from eventstore.features.transfer import ImportResult
+from eventstore.features.importing import ImportResult
 
 __all__ = ["EventStore", "DEFAULT_SNAPSHOT_EVERY"]
 
@@ -380,8 +380,8 @@ class EventStore(StoreBase):
     def import_(
         self, src: IO[str] | Iterable[str], *, progress: Callable[[int, int], None] | None = None
     ) -> list[ImportResult]:
-        """Recreate sessions from an export file; see :func:`eventstore.features.transfer.import_`."""
-        return transfer.import_(self._engine, src, progress=progress)
+        """Recreate sessions from an export file; see :func:`eventstore.features.importing.import_`."""
+        return importing.import_(self._engine, src, progress=progress)
 
     # -- reads --------------------------------------------------------------------------
 
@@ -641,8 +641,8 @@ class EventStore(StoreBase):
         progress: Callable[[int, int], None] | None = None,
     ) -> int:
         """Write a session as JSON Lines to a path or a text stream; see
-        :func:`eventstore.features.transfer.export`."""
-        return transfer.export(self._engine, session, out, progress=progress)
+        :func:`eventstore.features.exporting.export`."""
+        return exporting.export(self._engine, session, out, progress=progress)
 
     def verify(
         self,

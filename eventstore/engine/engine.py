@@ -7,7 +7,8 @@ compaction primitive and the hash lookups. Its logic lives in :mod:`eventstore.c
 The steps over an open transaction are :mod:`eventstore.engine.transaction_steps` (its base
 class); reading events out (history chunks, follow, the feed) is :mod:`eventstore.engine.reads`.
 :class:`~eventstore.store.EventStore` is a thin facade over it, and the feature modules
-(:mod:`~eventstore.features.timetravel`, :mod:`~eventstore.features.compaction`, :mod:`~eventstore.features.transfer`,
+(:mod:`~eventstore.features.timetravel`, :mod:`~eventstore.features.compaction`,
+:mod:`~eventstore.features.exporting`, :mod:`~eventstore.features.importing`,
 :mod:`~eventstore.features.verify`) take an engine, never the facade.
 
 How a version is loaded: resolve the session's *lineage* (itself, its parent up to the

@@ -2,7 +2,7 @@
 
 :class:`TransactionSteps` is the half of :class:`~eventstore.engine.engine.Engine` whose
 methods take an open transaction (``tx``) and never open one: the engine's own operations
-compose them, and so do the feature modules (transfer, verify, audit, rewind), which run
+compose them, and so do the feature modules (import, verify, audit, rewind), which run
 several of them in one transaction. Nothing here commits; every write waits for the
 caller's ``with storage.write()`` to end.
 """
