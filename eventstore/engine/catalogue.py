@@ -1,5 +1,6 @@
-"""The conversations catalogue: what a chat app's sidebar needs (engine calls over the
-catalogue's statements).
+"""The conversations catalogue: what a chat app's sidebar needs, over the engine.
+
+Engine calls over the catalogue's statements:
 
 - :func:`set_info` sets a session's title, owner and info metadata — outside the log (no
   event, the head does not move), each call recorded in ``info_changes`` (who, when, what);

@@ -1,5 +1,6 @@
-"""Streaming turns on a synchronous engine: persist before stream, group commit, stop,
-crash recovery and closing a session.
+"""Streaming turns on a synchronous engine: writing a turn's parts as they stream.
+
+Persist before stream, group commit, stop, crash recovery and closing a session.
 
 A :class:`TurnWriter` belongs to one store. Each open :class:`StreamingTurn` buffers its parts in a
 :class:`~eventstore.core.turn_rules.TurnState`; background threads (the *flushers*) commit
