@@ -14,7 +14,8 @@ from typing import IO, Any
 import orjson
 
 from eventstore.core.appends import snapshot_boundaries
-from eventstore.core.codec import canonical, recorded_hash, state_digest
+from eventstore.core.chain import ChainWalk
+from eventstore.core.codec import canonical, state_digest
 from eventstore.core.ids import check_new_session_id
 from eventstore.core.models import check_json, parse_action
 from eventstore.core.reducer import fold_json
@@ -198,8 +199,8 @@ class _Lines:
 
 
 class _ChainCheck:
-    """A block's hash chain and turns, recomputed event by event; raises on the first
-    mismatch."""
+    """A block's hash chain and turns, recomputed event by event (the rule of
+    :mod:`eventstore.core.chain`); raises on the first mismatch."""
 
     def __init__(self, meta: JSON, line: int) -> None:
         self.meta, self.line = meta, line
@@ -210,36 +211,37 @@ class _ChainCheck:
         )
         if self.baseline and self.baseline_hash is None:
             raise _bad(line, f"session {self.sid!r} has a baseline but no baseline_hash", "baseline_hash")
-        self.prev_v = meta.get("fork_version") or 0
-        self.prev_hash = _hex(meta.get("fork_hash"), line, "fork_hash")
-        self.prev_turn = meta["fork_turn"]
+        self.chain = ChainWalk(
+            meta.get("fork_version") or 0, _hex(meta.get("fork_hash"), line, "fork_hash"), meta["fork_turn"]
+        )
 
     def add(self, e: EventRow) -> None:
-        sid, line = self.sid, self.line
-        if e.version <= self.prev_v:
+        sid, line, chain = self.sid, self.line, self.chain
+        if e.version <= chain.version:
             raise _bad(line, f"session {sid!r}: version {e.version} out of order", "version")
-        if e.version != self.prev_v + 1:
+        if e.version != chain.version + 1:
             # The only gap allowed: events compacted away below the baseline.
-            if self.baseline_hash is None or e.version != self.baseline + 1 or self.prev_v >= self.baseline:
-                raise _bad(line, f"session {sid!r}: version {self.prev_v + 1} is missing", "version")
-            self.prev_hash, self.prev_turn = self.baseline_hash, self.meta["baseline_turn"]
-        elif self.baseline_hash is not None and e.version == self.baseline + 1 and self.prev_hash != self.baseline_hash:
+            if self.baseline_hash is None or e.version != self.baseline + 1 or chain.version >= self.baseline:
+                raise _bad(line, f"session {sid!r}: version {chain.version + 1} is missing", "version")
+            chain.jump(self.baseline, self.baseline_hash, self.meta["baseline_turn"])
+        elif self.baseline_hash is not None and e.version == self.baseline + 1 and chain.hash != self.baseline_hash:
             raise _bad(line, f"session {sid!r}: baseline hash does not match its events", "baseline_hash")
-        expected_turn = self.prev_turn + (1 if e.type == "send" else 0)
-        if e.turn != expected_turn:
-            raise _bad(line, f"session {sid!r}: event {e.version} has turn {e.turn}, expected {expected_turn}", "turn")
-        if recorded_hash(self.prev_hash, sid, e) != e.hash:
+        link = chain.step(sid, e)
+        if not link.turn_ok:
+            raise _bad(
+                line, f"session {sid!r}: event {e.version} has turn {e.turn}, expected {link.expected_turn}", "turn"
+            )
+        if not link.hash_ok:
             raise _bad(
                 line,
                 f"session {sid!r}: event {e.version} does not match its hash "
                 "(the file was modified or damaged); nothing was imported",
                 "hash",
             )
-        self.prev_v, self.prev_hash, self.prev_turn = e.version, e.hash, e.turn
 
     def finish(self) -> None:
         m = self.meta
-        prev_v, prev_hash, prev_turn = self.prev_v, self.prev_hash, self.prev_turn
+        prev_v, prev_hash, prev_turn = self.chain.version, self.chain.hash, self.chain.turn
         if prev_v < self.baseline:
             prev_v, prev_hash, prev_turn = self.baseline, self.baseline_hash or prev_hash, m["baseline_turn"]
         if prev_v != m["head"] or prev_hash != _hex(m["head_hash"], self.line, "head_hash") or prev_turn != m["head_turn"]:
