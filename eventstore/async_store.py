@@ -39,7 +39,7 @@ from eventstore.core.records import AppendResult, RecordedEvent, Recovery, Sessi
 from eventstore.core.turn_rules import RecoveryStatus
 from eventstore.core.turn_view import Turn
 from eventstore.engine import catalogue, reads
-from eventstore.engine import turns as streaming
+from eventstore.engine import turn_recovery
 from eventstore.engine.async_bridge import iterate, live, run
 from eventstore.engine.async_turns import AsyncStreamingTurn, AsyncTurnWriter
 from eventstore.engine.engine import DEFAULT_SNAPSHOT_EVERY
@@ -173,15 +173,15 @@ class AsyncEventStore(StoreBase):
 
     async def recover(self, session: str, *, stale_after: float = 30.0) -> Recovery | None:
         """Twin of :meth:`EventStore.recover <eventstore.EventStore.recover>`."""
-        return await run(streaming.recover, self._engine, session, stale_after=stale_after)
+        return await run(turn_recovery.recover, self._engine, session, stale_after=stale_after)
 
     async def recovery_status(self, session: str, *, stale_after: float = 30.0) -> RecoveryStatus:
         """Twin of :meth:`EventStore.recovery_status <eventstore.EventStore.recovery_status>`."""
-        return await run(streaming.recovery_status_of, self._engine, session, stale_after=stale_after)
+        return await run(turn_recovery.recovery_status_of, self._engine, session, stale_after=stale_after)
 
     async def close_session(self, session: str, *, reason: str | None = None) -> None:
         """Twin of :meth:`EventStore.close_session <eventstore.EventStore.close_session>`."""
-        await run(streaming.close_session, self._engine, session, reason=reason)
+        await run(turn_recovery.close_session, self._engine, session, reason=reason)
 
     async def branch(self, session: str, *, at: int | None = None, new_id: str | None = None) -> str:
         """Twin of :meth:`EventStore.branch <eventstore.EventStore.branch>`: fork a session

@@ -37,7 +37,7 @@ from eventstore.core.records import AppendResult, RecordedEvent, Recovery, Sessi
 from eventstore.core.turn_rules import RecoveryStatus
 from eventstore.core.turn_view import Turn
 from eventstore.engine import catalogue
-from eventstore.engine import turns as streaming
+from eventstore.engine import turn_recovery
 from eventstore.engine.engine import DEFAULT_SNAPSHOT_EVERY
 from eventstore.engine.facade import StoreBase
 from eventstore.engine.turns import DEFAULT_MAX_DELAY, StreamingTurn, TurnWriter
@@ -251,7 +251,7 @@ class EventStore(StoreBase):
             SessionNotFound: no such session.
             SessionClosed: the session was closed.
         """
-        return streaming.recover(self._engine, session, stale_after=stale_after)
+        return turn_recovery.recover(self._engine, session, stale_after=stale_after)
 
     def recovery_status(self, session: str, *, stale_after: float = 30.0) -> RecoveryStatus:
         """Whether :meth:`recover` would interrupt the session now, and if not, why not
@@ -263,7 +263,7 @@ class EventStore(StoreBase):
             SessionNotFound: no such session.
             SessionErased: it was erased.
         """
-        return streaming.recovery_status_of(self._engine, session, stale_after=stale_after)
+        return turn_recovery.recovery_status_of(self._engine, session, stale_after=stale_after)
 
     def close_session(self, session: str, *, reason: str | None = None) -> None:
         """Close a session to writes: later appends, turns and branches into it raise
@@ -277,7 +277,7 @@ class EventStore(StoreBase):
             InvalidEvent: an argument is malformed.
             SessionNotFound: no such session.
         """
-        streaming.close_session(self._engine, session, reason=reason)
+        turn_recovery.close_session(self._engine, session, reason=reason)
 
     def branch(self, session: str, *, at: int | None = None, new_id: str | None = None) -> str:
         """Fork a session at a version, copy-on-write (no event is copied).
