@@ -153,10 +153,9 @@ class AsyncTurnWriter(TurnWriterBase):
             async with cond:
                 while True:
                     now = time.monotonic()
-                    due = self._due(now)
-                    if due or self._closing:
+                    due, wake = self._next_flush(now)
+                    if wake is None:
                         break
-                    wake = self._next_wake(now)
                     try:
                         await asyncio.wait_for(cond.wait(), max(wake - now, 0.0005))
                     except asyncio.TimeoutError:

@@ -132,13 +132,14 @@ class TurnWriterBase:
         if problem is not None:
             raise problem
 
-    def _due(self, now: float) -> list[TurnState]:
-        """The turns whose buffer must be flushed now (when closing: every one with parts)."""
-        return [t for t in self._turns if t.due(now) or (self._closing and t.joins_flush(now))]
-
-    def _next_wake(self, now: float) -> float:
-        """When the flusher must look again, at the latest (monotonic)."""
-        return min((t.wake_at(now) for t in self._turns), default=now + 1.0)
+    def _next_flush(self, now: float) -> tuple[list[TurnState], float | None]:
+        """What the flusher does now: ``(turns whose buffer must be flushed now, None)``
+        (when closing: every one with parts; none left: the flusher ends), or ``([], when it
+        must look again at the latest)`` (monotonic)."""
+        due = [t for t in self._turns if t.due(now) or (self._closing and t.joins_flush(now))]
+        if due or self._closing:
+            return due, None
+        return due, min((t.wake_at(now) for t in self._turns), default=now + 1.0)
 
     def _work(self, due: list[TurnState], now: float) -> list[tuple[TurnState, list[Pending], bool]]:
         """The flush of ``due``: everything buffered by every open turn, due or not, taken
@@ -312,10 +313,9 @@ class TurnWriter(TurnWriterBase):
             with self._lock:
                 while True:
                     now = time.monotonic()
-                    due = self._due(now)
-                    if due or self._closing:
+                    due, wake = self._next_flush(now)
+                    if wake is None:
                         break
-                    wake = self._next_wake(now)
                     self._sleeping[me] = wake
                     self._wake.wait(max(wake - now, 0.0005))
                     del self._sleeping[me]
