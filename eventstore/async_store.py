@@ -42,7 +42,6 @@ from eventstore.engine import catalogue, reads
 from eventstore.engine import turn_recovery
 from eventstore.engine.async_bridge import iterate, live, run
 from eventstore.engine.async_turns import AsyncStreamingTurn, AsyncTurnWriter
-from eventstore.engine.engine import DEFAULT_SNAPSHOT_EVERY
 from eventstore.engine.facade import StoreBase
 from eventstore.engine.group_commit import AppendGroup
 from eventstore.engine.turns import DEFAULT_MAX_DELAY
@@ -81,22 +80,7 @@ class AsyncEventStore(StoreBase):
 
     _asyncio_storage = True
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
-        max_event_bytes: int = 1 << 20,
-        max_id_length: int = 256,
-        **storage_options: Any,
-    ) -> None:
-        super().__init__(
-            url,
-            snapshot_every=snapshot_every,
-            max_event_bytes=max_event_bytes,
-            max_id_length=max_id_length,
-            **storage_options,
-        )
+    def _open_writers(self) -> None:
         self._streams = AsyncTurnWriter(self._engine)
         self._appends = AppendGroup(self._engine)
 

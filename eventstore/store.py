@@ -78,22 +78,7 @@ class EventStore(StoreBase):
             positive integer.
     """
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
-        max_event_bytes: int = 1 << 20,
-        max_id_length: int = 256,
-        **storage_options: Any,
-    ) -> None:
-        super().__init__(
-            url,
-            snapshot_every=snapshot_every,
-            max_event_bytes=max_event_bytes,
-            max_id_length=max_id_length,
-            **storage_options,
-        )
+    def _open_writers(self) -> None:
         self._streams = TurnWriter(self._engine)
 
     # -- lifecycle and schema -----------------------------------------------------------
