@@ -102,15 +102,9 @@ async def live(
         try:
             batch, pending, full = await run(plan.read)
         except StorageError as exc:
-            delay = plan.after_failure(exc.retryable, time.monotonic())
-            if delay is None:
-                raise
-            await asyncio.sleep(delay)
+            await asyncio.sleep(plan.retry_delay(exc, time.monotonic()))
             continue
-        plan.read_ok()
-        for ev in batch:
-            if not plan.handing_out(ev):
-                return
+        for ev in plan.hand_out(batch):
             yield ev
         wait = plan.after_read(bool(batch), pending, full, time.monotonic())
         if wait is None:

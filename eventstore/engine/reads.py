@@ -181,16 +181,9 @@ def drive(plan: Live, storage: Storage) -> Iterator[RecordedEvent]:
         try:
             batch, pending, full = plan.read()
         except StorageError as exc:
-            delay = plan.after_failure(exc.retryable, time.monotonic())
-            if delay is None:
-                raise
-            time.sleep(delay)
+            time.sleep(plan.retry_delay(exc, time.monotonic()))
             continue
-        plan.read_ok()
-        for ev in batch:
-            if not plan.handing_out(ev):
-                return
-            yield ev
+        yield from plan.hand_out(batch)
         wait = plan.after_read(bool(batch), pending, full, time.monotonic())
         if wait is None:
             return
