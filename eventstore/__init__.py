@@ -43,7 +43,7 @@ _PUBLIC: dict[str, dict[str, str]] = {
         "Problem": "eventstore.core.records",
         "SessionDiff": "eventstore.core.diff",
         "CompactResult": "eventstore.features.compaction",
-        "ImportResult": "eventstore.features.transfer",
+        "ImportResult": "eventstore.features.importing",
         "ReplayStep": "eventstore.features.timetravel",
         "Turn": "eventstore.core.turn_view",
         "ToolCall": "eventstore.core.turn_view",
@@ -375,7 +375,7 @@ if TYPE_CHECKING:  # static checkers cannot follow the table: they read these im
     from eventstore.features.timetravel import (
         ReplayStep as ReplayStep,
     )
-    from eventstore.features.transfer import (
+    from eventstore.features.importing import (
         ImportResult as ImportResult,
     )
     from eventstore.storage.replicas import (

@@ -38,21 +38,20 @@ from eventstore.core.models import Action, SessionState
 from eventstore.core.records import AppendResult, RecordedEvent, Recovery, SessionInfo, VerifyReport
 from eventstore.core.turn_rules import RecoveryStatus
 from eventstore.core.turn_view import Turn
-from eventstore.engine import catalogue
-from eventstore.engine import turns as streaming
+from eventstore.engine import catalogue, reads
+from eventstore.engine import turn_recovery
 from eventstore.engine.async_bridge import iterate, live, run
 from eventstore.engine.async_turns import AsyncStreamingTurn, AsyncTurnWriter
-from eventstore.engine.engine import DEFAULT_SNAPSHOT_EVERY
 from eventstore.engine.facade import StoreBase
 from eventstore.engine.group_commit import AppendGroup
 from eventstore.engine.turns import DEFAULT_MAX_DELAY
-from eventstore.features import audit, compaction, timetravel, transfer
+from eventstore.features import audit, compaction, exporting, importing, timetravel
 from eventstore.features import report as reporting
 from eventstore.features import rewind as rewinding
 from eventstore.features import verify as verifying
 from eventstore.features.compaction import CompactResult
 from eventstore.features.timetravel import ReplayStep
-from eventstore.features.transfer import ImportResult
+from eventstore.features.importing import ImportResult
 
 __all__ = ["AsyncEventStore"]
 
@@ -81,22 +80,7 @@ class AsyncEventStore(StoreBase):
 
     _asyncio_storage = True
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
-        max_event_bytes: int = 1 << 20,
-        max_id_length: int = 256,
-        **storage_options: Any,
-    ) -> None:
-        super().__init__(
-            url,
-            snapshot_every=snapshot_every,
-            max_event_bytes=max_event_bytes,
-            max_id_length=max_id_length,
-            **storage_options,
-        )
+    def _open_writers(self) -> None:
         self._streams = AsyncTurnWriter(self._engine)
         self._appends = AppendGroup(self._engine)
 
@@ -173,15 +157,15 @@ class AsyncEventStore(StoreBase):
 
     async def recover(self, session: str, *, stale_after: float = 30.0) -> Recovery | None:
         """Twin of :meth:`EventStore.recover <eventstore.EventStore.recover>`."""
-        return await run(streaming.recover, self._engine, session, stale_after=stale_after)
+        return await run(turn_recovery.recover, self._engine, session, stale_after=stale_after)
 
     async def recovery_status(self, session: str, *, stale_after: float = 30.0) -> RecoveryStatus:
         """Twin of :meth:`EventStore.recovery_status <eventstore.EventStore.recovery_status>`."""
-        return await run(streaming.recovery_status_of, self._engine, session, stale_after=stale_after)
+        return await run(turn_recovery.recovery_status_of, self._engine, session, stale_after=stale_after)
 
     async def close_session(self, session: str, *, reason: str | None = None) -> None:
         """Twin of :meth:`EventStore.close_session <eventstore.EventStore.close_session>`."""
-        await run(streaming.close_session, self._engine, session, reason=reason)
+        await run(turn_recovery.close_session, self._engine, session, reason=reason)
 
     async def branch(self, session: str, *, at: int | None = None, new_id: str | None = None) -> str:
         """Twin of :meth:`EventStore.branch <eventstore.EventStore.branch>`: fork a session
@@ -231,7 +215,7 @@ class AsyncEventStore(StoreBase):
         self, src: IO[str] | Iterable[str], *, progress: Callable[[int, int], None] | None = None
     ) -> list[ImportResult]:
         """Twin of :meth:`EventStore.import_ <eventstore.EventStore.import_>`."""
-        return await run(transfer.import_, self._engine, src, progress=progress)
+        return await run(importing.import_, self._engine, src, progress=progress)
 
     # -- reads --------------------------------------------------------------------------
 
@@ -251,7 +235,7 @@ class AsyncEventStore(StoreBase):
         this loop."""
         state = FollowState(time.time)
         plan = functools.partial(
-            self._engine.follow_plan, session, after=after, idle_timeout=idle_timeout, state=state
+            reads.follow_plan, self._engine, session, after=after, idle_timeout=idle_timeout, state=state
         )
         storage = self._engine.storage
         watcher = storage.async_watcher()
@@ -260,7 +244,7 @@ class AsyncEventStore(StoreBase):
     def feed(self, *, after: str | None = None, idle_timeout: float | None = 1.0) -> AsyncFollower:
         """``async for`` twin of :meth:`eventstore.EventStore.feed`."""
         state = FollowState(time.time)
-        plan = functools.partial(self._engine.feed_plan, after=after, idle_timeout=idle_timeout, state=state)
+        plan = functools.partial(reads.feed_plan, self._engine, after=after, idle_timeout=idle_timeout, state=state)
         storage = self._engine.storage
         watcher = storage.async_watcher()
         return AsyncFollower(live(plan, watcher, storage.others_committed), state, watcher.wake)
@@ -356,7 +340,7 @@ class AsyncEventStore(StoreBase):
         progress: Callable[[int, int], None] | None = None,
     ) -> int:
         """Twin of :meth:`EventStore.export <eventstore.EventStore.export>`."""
-        return await run(transfer.export, self._engine, session, out, progress=progress)
+        return await run(exporting.export, self._engine, session, out, progress=progress)
 
     async def verify(
         self,

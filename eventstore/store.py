@@ -12,7 +12,7 @@
 The machinery is in :mod:`eventstore.engine.engine` (appends, loads, branches, the compaction
 primitive) over the pure :mod:`eventstore.core.appends`; the features are modules that take
 the engine: :mod:`eventstore.features.timetravel` (diff, replay, turns), :mod:`eventstore.features.compaction`,
-:mod:`eventstore.features.transfer` (export / import) and :mod:`eventstore.features.verify`. The wire
+:mod:`eventstore.features.exporting` / :mod:`~eventstore.features.importing` and :mod:`eventstore.features.verify`. The wire
 format and the reducer's rules are described in ``docs/format.md``.
 
 One ``EventStore`` may be shared by many threads (a sync web server does exactly this):
@@ -37,17 +37,17 @@ from eventstore.core.records import AppendResult, RecordedEvent, Recovery, Sessi
 from eventstore.core.turn_rules import RecoveryStatus
 from eventstore.core.turn_view import Turn
 from eventstore.engine import catalogue
-from eventstore.engine import turns as streaming
+from eventstore.engine import turn_recovery
 from eventstore.engine.engine import DEFAULT_SNAPSHOT_EVERY
 from eventstore.engine.facade import StoreBase
 from eventstore.engine.turns import DEFAULT_MAX_DELAY, StreamingTurn, TurnWriter
-from eventstore.features import audit, compaction, timetravel, transfer
+from eventstore.features import audit, compaction, exporting, importing, timetravel
 from eventstore.features import report as reporting
 from eventstore.features import rewind as rewinding
 from eventstore.features import verify as verifying
 from eventstore.features.compaction import CompactResult
 from eventstore.features.timetravel import ReplayStep
-from eventstore.features.transfer import ImportResult
+from eventstore.features.importing import ImportResult
 
 __all__ = ["EventStore", "DEFAULT_SNAPSHOT_EVERY"]
 
@@ -78,22 +78,7 @@ class EventStore(StoreBase):
             positive integer.
     """
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
-        max_event_bytes: int = 1 << 20,
-        max_id_length: int = 256,
-        **storage_options: Any,
-    ) -> None:
-        super().__init__(
-            url,
-            snapshot_every=snapshot_every,
-            max_event_bytes=max_event_bytes,
-            max_id_length=max_id_length,
-            **storage_options,
-        )
+    def _open_writers(self) -> None:
         self._streams = TurnWriter(self._engine)
 
     # -- lifecycle and schema -----------------------------------------------------------
@@ -251,7 +236,7 @@ class EventStore(StoreBase):
             SessionNotFound: no such session.
             SessionClosed: the session was closed.
         """
-        return streaming.recover(self._engine, session, stale_after=stale_after)
+        return turn_recovery.recover(self._engine, session, stale_after=stale_after)
 
     def recovery_status(self, session: str, *, stale_after: float = 30.0) -> RecoveryStatus:
         """Whether :meth:`recover` would interrupt the session now, and if not, why not
@@ -263,7 +248,7 @@ class EventStore(StoreBase):
             SessionNotFound: no such session.
             SessionErased: it was erased.
         """
-        return streaming.recovery_status_of(self._engine, session, stale_after=stale_after)
+        return turn_recovery.recovery_status_of(self._engine, session, stale_after=stale_after)
 
     def close_session(self, session: str, *, reason: str | None = None) -> None:
         """Close a session to writes: later appends, turns and branches into it raise
@@ -277,7 +262,7 @@ class EventStore(StoreBase):
             InvalidEvent: an argument is malformed.
             SessionNotFound: no such session.
         """
-        streaming.close_session(self._engine, session, reason=reason)
+        turn_recovery.close_session(self._engine, session, reason=reason)
 
     def branch(self, session: str, *, at: int | None = None, new_id: str | None = None) -> str:
         """Fork a session at a version, copy-on-write (no event is copied).
@@ -380,8 +365,8 @@ class EventStore(StoreBase):
     def import_(
         self, src: IO[str] | Iterable[str], *, progress: Callable[[int, int], None] | None = None
     ) -> list[ImportResult]:
-        """Recreate sessions from an export file; see :func:`eventstore.features.transfer.import_`."""
-        return transfer.import_(self._engine, src, progress=progress)
+        """Recreate sessions from an export file; see :func:`eventstore.features.importing.import_`."""
+        return importing.import_(self._engine, src, progress=progress)
 
     # -- reads --------------------------------------------------------------------------
 
@@ -641,8 +626,8 @@ class EventStore(StoreBase):
         progress: Callable[[int, int], None] | None = None,
     ) -> int:
         """Write a session as JSON Lines to a path or a text stream; see
-        :func:`eventstore.features.transfer.export`."""
-        return transfer.export(self._engine, session, out, progress=progress)
+        :func:`eventstore.features.exporting.export`."""
+        return exporting.export(self._engine, session, out, progress=progress)
 
     def verify(
         self,

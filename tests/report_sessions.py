@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from eventstore import EventStore, samples
-from eventstore.features.report import INTERRUPTED
+from eventstore.core.turn_rules import INTERRUPTED
 
 # The first version of the demo's second turn (its second `send`).
 DEMO_TURN2 = 1 + [i for i, a in enumerate(samples.demo_conversation()) if a["type"] == "send"][1]

@@ -270,6 +270,19 @@ def test_import_applies_every_append_rule(store: EventStore, other_url: str, cas
         assert [s.id for s in target.sessions()] == ["sound"]
 
 
+def test_import_refuses_turns_not_numbered_by_the_sends(store: EventStore, other_url: str) -> None:
+    # Every hash is recomputed over the wrong turn, so only the turn-numbering rule is left
+    # to refuse the file (the rule verify checks stored events with).
+    store.append("s", chat_session(turns=2, seed=4))
+    objs = _file(store, "s")
+    second = next(o for o in objs[1:] if o["kind"] == "event" and o["version"] > 1 and o["type"] != "send")
+    second["turn"] += 1
+    with make_store(other_url) as target:
+        with pytest.raises(InvalidEvent, match=f"event {second['version']} has turn"):
+            target.import_(io.StringIO(_rechain(objs)))
+        assert target.sessions() == []
+
+
 def _lines(objs: list[dict[str, Any]]) -> io.StringIO:
     return io.StringIO("\n".join(json.dumps(o) for o in objs) + "\n")
 

@@ -70,7 +70,7 @@ def test_a_new_id_ending_in_at_digits_is_refused_at_creation(
     with EventStore(f"sqlite:///{tmp_path / 'legacy.db'}") as legacy:
         legacy.migrate()
         with monkeypatch.context() as m:
-            m.setattr("eventstore.engine.engine.check_new_session_id", lambda *a, **k: None)
+            m.setattr("eventstore.engine.transaction_steps.check_new_session_id", lambda *a, **k: None)
             legacy.append("old@9", [{"type": "stop"}])
         with exported.open("w", encoding="utf-8") as fh:
             legacy.export("old@9", fh)

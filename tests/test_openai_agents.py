@@ -75,14 +75,6 @@ DESELECTED = {
         "patches SQLiteSession._get_connection with a pausing sqlite3 connection",
 }
 
-#: Tests that need ``rewind`` (``pop_item`` and ``clear_session`` are rewinds): run once
-#: the store has it.
-NEEDS_REWIND = {
-    "test_sqlite_session_memory_direct",
-    "test_sqlite_session_memory_pop_item",
-    "test_session_memory_pop_different_sessions",
-}
-
 SDK_FILES = ("tests/memory/test_session.py", "tests/memory/test_session_limit.py")
 
 

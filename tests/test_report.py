@@ -34,7 +34,7 @@ from eventstore import (
     VersionNotFound,
     generate_keypair,
 )
-from eventstore.features.report import INTERRUPTED
+from eventstore.core.turn_rules import INTERRUPTED
 from eventstore_cli.app import app
 
 

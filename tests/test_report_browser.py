@@ -31,7 +31,7 @@ from report_sessions import (
 )
 
 from eventstore import EventStore
-from eventstore.features.report import INTERRUPTED
+from eventstore.core.turn_rules import INTERRUPTED
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ from eventstore.core.reducer import fold_json
 from eventstore.samples import random_actions
 from eventstore import EventStore
 from eventstore.engine import engine as engine_module
+from eventstore.engine import transaction_steps
 
 pytestmark = [pytest.mark.twins, pytest.mark.usefixtures("twin")]
 
@@ -167,7 +168,8 @@ def test_a_branch_forked_below_a_later_baseline_never_gets_that_snapshot(
         store.compact("s1", upto=45)
         store.compact("b", upto=50)  # a baseline of b inside b's own events
         # Even with every regular snapshot stale, baselines are served only where they apply.
-        monkeypatch.setattr(engine_module, "REDUCER_VERSION", engine_module.REDUCER_VERSION + 1)
+        for module in (engine_module, transaction_steps):
+            monkeypatch.setattr(module, "REDUCER_VERSION", engine_module.REDUCER_VERSION + 1)
         b_line = actions[:20] + own
         for v in range(50, 71):
             assert store.load("b", version=v).to_json() == fold_json(None, b_line[:v]), v

@@ -32,7 +32,7 @@ from eventstore import (
     fold,
 )
 from eventstore.engine.engine import Engine
-from eventstore.features.report import INTERRUPTED
+from eventstore.core.turn_rules import INTERRUPTED
 from eventstore.engine.turns import StreamingTurn, TurnWriter
 
 # Every test that takes `store` runs on the sync store and on the async twin (the writer

@@ -1,5 +1,7 @@
-"""The catalogue's rendering: ``sessions`` with filters and ``info`` (Rich tables; every
-stored value escaped for the terminal)."""
+"""The CLI's rendering of the catalogue: ``sessions`` with filters, and ``info``.
+
+Rich tables; every stored value is escaped for the terminal.
+"""
 
 from __future__ import annotations
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 
+from eventstore.core.chain import next_turn
 from eventstore.core.codec import SnapshotCodec, chain_hash, decode_metadata, decode_payload
 from eventstore.core.diff import LineageSegment
 from eventstore.core.feed_rules import position as feed_position
@@ -190,8 +191,7 @@ def event_rows(
     rows: list[EventRow] = []
     for i, (type_, payload) in enumerate(encoded):
         version = row.head + 1 + i
-        if type_ == "send":
-            turn += 1
+        turn = next_turn(turn, type_)
         event_id = None if ids is None else ids[i]
         native = None if natives is None else natives[i]
         prev = chain_hash(

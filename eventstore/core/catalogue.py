@@ -1,5 +1,7 @@
-"""The conversations catalogue's pure half: what a batch does to a session's catalogue
-columns, the checks of ``set_info`` / ``list_sessions`` arguments, and the page cursor.
+"""The conversations catalogue's pure rules: catalogue columns, argument checks, cursors.
+
+What a batch does to a session's catalogue columns, the checks of ``set_info`` /
+``list_sessions`` arguments, and the page cursor.
 
 A sidebar lists sessions by owner, metadata, title, status and time; so that one page is
 one index scan, the sessions row carries the fold's ``status``, the state's first user

@@ -48,11 +48,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from eventstore.core.records import RecordedEvent
-from eventstore.errors import InvalidEvent
+from eventstore.errors import InvalidEvent, StorageError
 
 __all__ = [
     "FeedKey",
@@ -384,6 +384,8 @@ class Live:
     read: Callable[[], tuple[list[RecordedEvent], bool, bool]]
     pacer: Pacer
     state: FollowState
+    #: the follower was closed while a batch was handed out: the driver stops.
+    stopped: bool = field(default=False, init=False)
 
     def handing_out(self, event: RecordedEvent) -> bool:
         """``event`` is about to be handed out; ``False`` when the follower was closed."""
@@ -391,6 +393,16 @@ class Live:
             return False
         self.state.last, self.state.caught_up = event, False
         return True
+
+    def hand_out(self, batch: list[RecordedEvent]) -> Iterator[RecordedEvent]:
+        """A successful read's events, each as it is handed out, until the follower is
+        closed (then :attr:`stopped`, and :meth:`after_read` says stop)."""
+        self.read_ok()
+        for ev in batch:
+            if not self.handing_out(ev):
+                self.stopped = True
+                return
+            yield ev
 
     def past_done(self, now: float) -> None:
         """The past is handed out: the idle clock starts."""
@@ -403,6 +415,8 @@ class Live:
         ``closed`` is set before the wake-up: seen here as false, the wake-up is still to
         come and moves the watcher's generation past the one noted before the read.
         """
+        if self.stopped:
+            return None
         if got:
             self.pacer.saw_event(now)  # the idle clock only runs while waiting
         if full:
@@ -415,6 +429,18 @@ class Live:
     def after_failure(self, retryable: bool, now: float) -> float | None:
         """A read failed: seconds to sleep before reading again, or ``None`` to re-raise."""
         return self.pacer.failed(now, retryable)
+
+    def retry_delay(self, exc: StorageError, now: float) -> float:
+        """A read failed with ``exc``: seconds to sleep before reading again.
+
+        Raises:
+            StorageError: ``exc`` itself, when it is not worth another read
+                (:meth:`after_failure` says ``None``).
+        """
+        delay = self.after_failure(exc.retryable, now)
+        if delay is None:
+            raise exc
+        return delay
 
     def read_ok(self) -> None:
         """A read succeeded."""

@@ -1,4 +1,6 @@
-"""Pydantic v2 models of the wire shapes in docs/format.md: actions, stream parts and the session state.
+"""Pydantic v2 models of the wire shapes: actions, stream parts and the session state.
+
+The shapes are those of docs/format.md.
 
 Two kinds of model live here, on purpose:
 

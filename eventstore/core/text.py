@@ -1,5 +1,6 @@
-"""Short readable text for people: timestamps, cut-down strings, one-line message summaries,
-and the one rule for showing stored text literally (:func:`visible`).
+"""Short readable text for people, and the one rule for showing stored text literally.
+
+Timestamps, cut-down strings, one-line message summaries, and :func:`visible`.
 
 PURE: used by the records, the diff and the turn view when they render themselves, by the
 audit report, and by the CLI (through the public ``eventstore.visible``).

@@ -79,8 +79,8 @@ async def iterate(
 async def live(
     make_plan: Callable[[], Live], watcher: AsyncChangeWatcher, others_committed: Callable[[], None]
 ) -> AsyncIterator[RecordedEvent]:
-    """The async driver of a follower's plan (``Engine.follow_plan`` / ``feed_plan``): the
-    same decisions as the sync one (:meth:`eventstore.engine.engine.Engine._live`), with the
+    """The async driver of a follower's plan (:func:`eventstore.engine.reads.follow_plan` /
+    ``feed_plan``): the same decisions as the sync one (:func:`eventstore.engine.reads.drive`), with the
     reads run in greenlets and the waits awaited on the storage's async watcher.
 
     The plan is made (arguments checked, the session looked up) when iteration starts.
@@ -102,15 +102,9 @@ async def live(
         try:
             batch, pending, full = await run(plan.read)
         except StorageError as exc:
-            delay = plan.after_failure(exc.retryable, time.monotonic())
-            if delay is None:
-                raise
-            await asyncio.sleep(delay)
+            await asyncio.sleep(plan.retry_delay(exc, time.monotonic()))
             continue
-        plan.read_ok()
-        for ev in batch:
-            if not plan.handing_out(ev):
-                return
+        for ev in plan.hand_out(batch):
             yield ev
         wait = plan.after_read(bool(batch), pending, full, time.monotonic())
         if wait is None:

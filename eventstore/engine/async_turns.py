@@ -17,37 +17,35 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
-from eventstore.core.codec import encode_action
 from eventstore.core.turn_rules import INTERRUPTION, MAX_PENDING, Pending, TurnState, turn_action
 from eventstore.engine.async_bridge import run
 from eventstore.engine.engine import Engine
 from eventstore.engine.turns import (
     LOCKED_OPENINGS,
     TurnView,
+    TurnWriterBase,
     claiming_turn,
+    flush_error,
     flush_turns,
     open_locked,
     prepare_opening,
     release_lease,
 )
-from eventstore.errors import EventStoreError, InvalidEvent, StorageError
+from eventstore.errors import EventStoreError, InvalidEvent
 
 __all__ = ["AsyncStreamingTurn", "AsyncTurnWriter"]
 
 
-class AsyncTurnWriter:
+class AsyncTurnWriter(TurnWriterBase):
     """The group committer of one async store: open turns and the flusher task."""
 
     def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+        super().__init__(engine)
         # flush_turns records outcomes under this lock; on the loop's one thread it is
         # never contended (its blocks hold no await).
         self._lock = threading.Lock()
         self._cond: asyncio.Condition | None = None
-        self._turns: list[TurnState] = []
-        self._attempts: dict[str, int] = {}
         self._task: asyncio.Task[None] | None = None
-        self._closing = False
         self._locked_openings: asyncio.Semaphore | None = None
 
     def _condition(self) -> asyncio.Condition:
@@ -82,15 +80,8 @@ class AsyncTurnWriter:
         self._enlist(state)
         return state
 
-    def _delist(self, state: TurnState) -> None:
-        self._turns.remove(state)
-        self.engine.planner.reserve(-1)
-
     def _enlist(self, state: TurnState) -> None:
-        if self._closing:
-            raise StorageError("the store is closed")
-        self._turns.append(state)
-        self.engine.planner.reserve(1)
+        super()._enlist(state)
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
@@ -98,9 +89,7 @@ class AsyncTurnWriter:
         self, state: TurnState, action: dict[str, Any], *, release: bool = False, native: Any = None
     ) -> Pending:
         """Twin of :meth:`eventstore.engine.turns.TurnWriter.add`."""
-        encoded = encode_action(action)
-        self.engine.validate.size(encoded[1], "the part")
-        native_bytes = self.engine.validate.native(native)
+        encoded, native_bytes = self._encode(action, native)
         cond = self._condition()
         async with cond:
             while not state.over and state.buffered >= MAX_PENDING:
@@ -158,42 +147,26 @@ class AsyncTurnWriter:
         if state.durable < seq:
             self._raise_if_over(state)
 
-    @staticmethod
-    def _raise_if_over(state: TurnState, *, finished_ok: bool = False) -> None:
-        problem = state.problem(finished_ok=finished_ok)
-        if problem is not None:
-            raise problem
-
     async def _run(self) -> None:
         cond = self._condition()
         while True:
             async with cond:
                 while True:
                     now = time.monotonic()
-                    due = [
-                        t
-                        for t in self._turns
-                        if t.due(now) or (self._closing and t.joins_flush(now))
-                    ]
-                    if due or self._closing:
+                    due, wake = self._next_flush(now)
+                    if wake is None:
                         break
-                    wake = min((t.wake_at(now) for t in self._turns), default=now + 1.0)
                     try:
                         await asyncio.wait_for(cond.wait(), max(wake - now, 0.0005))
                     except asyncio.TimeoutError:
                         pass
                 if not due and self._closing:
                     return
-                due += [t for t in self._turns if t not in due and t.joins_flush(now)]
-                work = [(t, *t.take()) for t in sorted(due, key=lambda t: t.row.pk)]
+                work = self._work(due, now)
             try:
                 await run(flush_turns, self.engine, self._lock, work, self._attempts)
             except Exception as exc:  # noqa: BLE001 - never leave a writer waiting forever
-                err = (
-                    exc
-                    if isinstance(exc, EventStoreError)
-                    else StorageError(f"turn flush failed: {exc!r}")
-                )
+                err = flush_error(exc)
                 for t, _, _ in work:
                     t.failed(err)
             async with cond:

@@ -1,5 +1,6 @@
-"""The conversations catalogue: what a chat app's sidebar needs (engine calls over the
-catalogue's statements).
+"""The conversations catalogue: what a chat app's sidebar needs, over the engine.
+
+Engine calls over the catalogue's statements:
 
 - :func:`set_info` sets a session's title, owner and info metadata — outside the log (no
   event, the head does not move), each call recorded in ``info_changes`` (who, when, what);
@@ -32,7 +33,8 @@ from eventstore.core.codec import canonical
 from eventstore.core.records import SessionInfo, to_datetime
 from eventstore.core.rows import CatalogueRow, SessionControl
 from eventstore.core.turn_rules import INTERRUPTION, session_info
-from eventstore.engine.engine import Engine, now_micros
+from eventstore.engine.engine import Engine
+from eventstore.engine.transaction_steps import now_micros
 from eventstore.storage import catalogue as rows
 
 __all__ = [

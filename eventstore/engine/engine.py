@@ -1,11 +1,14 @@
-"""The engine: everything between the public API and storage, in one place.
+"""The engine's operations, each in its own transactions: load, append, read, branch, compact.
 
 :class:`Engine` validates arguments (:mod:`eventstore.core.validation`), resolves session rows and
 lineages, computes states at versions, plans and writes snapshots, and holds the
 compaction primitive and the hash lookups. Its logic lives in :mod:`eventstore.core.appends`
 (pure functions over rows); this class adds only the synchronous storage calls around it.
+The steps over an open transaction are :mod:`eventstore.engine.transaction_steps` (its base
+class); reading events out (history chunks, follow, the feed) is :mod:`eventstore.engine.reads`.
 :class:`~eventstore.store.EventStore` is a thin facade over it, and the feature modules
-(:mod:`~eventstore.features.timetravel`, :mod:`~eventstore.features.compaction`, :mod:`~eventstore.features.transfer`,
+(:mod:`~eventstore.features.timetravel`, :mod:`~eventstore.features.compaction`,
+:mod:`~eventstore.features.exporting`, :mod:`~eventstore.features.importing`,
 :mod:`~eventstore.features.verify`) take an engine, never the facade.
 
 How a version is loaded: resolve the session's *lineage* (itself, its parent up to the
@@ -37,41 +40,23 @@ caches, which are taken and put back under a lock (see there).
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from eventstore.core.appends import (
     State,
-    baselines,
     check_version,
     event_rows,
-    fold_tail,
     head_after,
     history_segments,
-    known_hash_turn,
-    missing_blob,
-    recorded,
-    recorded_from_feed,
     replayed,
-    segments,
     state_from_parts,
 )
-from eventstore.core.codec import decode_many, encode_action, encode_metadata, state_digest
-from eventstore.core.feed_rules import (
-    FEED_CHUNK,
-    Bands,
-    FeedKey,
-    Follower,
-    FollowState,
-    Live,
-    Pacer,
-    wait_arg,
-)
-from eventstore.core.catalogue import absolute_effect, catalogue_fields, state_catalogue
 from eventstore.core.catalogue import effect as catalogue_effect
+from eventstore.core.codec import encode_action, encode_metadata, state_digest
+from eventstore.core.feed_rules import Follower
 from eventstore.core.ids import check_new_session_id
 from eventstore.core.models import check_json, parse_actions
 from eventstore.core.records import (
@@ -81,51 +66,22 @@ from eventstore.core.records import (
     SessionInfo,
     to_datetime,
 )
-from eventstore.core.reducer import REDUCER_VERSION, fold_json
+from eventstore.core.reducer import REDUCER_VERSION
 from eventstore.core.rewinds import Rewinds
-from eventstore.core.rows import (
-    CatalogueEffect,
-    CompactionRow,
-    EventRow,
-    NewSession,
-    Segment,
-    SessionControl,
-    SessionRow,
-    SnapshotRow,
-    TurnBatch,
-)
-from eventstore.core.turn_rules import session_info
+from eventstore.core.rows import CatalogueEffect, EventRow, SessionRow, TurnBatch
 from eventstore.core.validation import MAX_VERSION, Limits, Validator
 from eventstore.engine.planner import AppendPlan, AppendPlanner
-from eventstore.errors import (
-    CompactedError,
-    ConcurrencyError,
-    InvalidEvent,
-    SchemaError,
-    SessionClosed,
-    SessionErased,
-    SessionExists,
-    SessionNotFound,
-    SessionRewound,
-    StorageError,
-    VersionNotFound,
-)
+from eventstore.engine.reads import drive, feed_plan, follow_plan, iter_history
+from eventstore.engine.transaction_steps import TransactionSteps, now_micros
+from eventstore.errors import ConcurrencyError, InvalidEvent, SchemaError, SessionExists
 from eventstore.storage import Storage, open_storage
-from eventstore.storage import catalogue as catalogue_rows
 from eventstore.storage.interface import EventIdRace, Tx
 from eventstore.storage.migrate import HEAD_REVISION
 
-__all__ = ["Engine", "Tx", "AppendRequest", "PlannedAppend", "DEFAULT_SNAPSHOT_EVERY", "HISTORY_CHUNK", "now_micros"]
+__all__ = ["Engine", "Tx", "AppendRequest", "PlannedAppend", "DEFAULT_SNAPSHOT_EVERY"]
 
 #: Chosen from ``python -m benchmarks store`` (see benchmarks/RESULTS.md, "## Store").
 DEFAULT_SNAPSHOT_EVERY = 128
-#: Events read per query when a history is iterated.
-HISTORY_CHUNK = 1000
-
-
-def now_micros() -> int:
-    """Microseconds since the Unix epoch, now (the one clock of the engine)."""
-    return time.time_ns() // 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,8 +151,10 @@ class PlannedAppend:
         return catalogue_effect(self.request.action_dicts, self.now)
 
 
-class Engine:
-    """Storage, the validator and the append planner, with the sync calls that join them.
+class Engine(TransactionSteps):
+    """Storage, the validator and the append planner, with the sync calls that join them:
+    each operation here runs its own transactions; the steps it composes inside one
+    transaction (and that features compose) are :class:`TransactionSteps`'.
 
     Attributes:
         storage: the database (rows of ids, integers and bytes).
@@ -251,100 +209,12 @@ class Engine:
                 f"needs {HEAD_REVISION}; run `eventstore migrate`"
             )
 
-    # -- rows and lineage ---------------------------------------------------------------
-
-    def row(self, tx: Tx, session: Any) -> SessionRow:
-        """The row of a session (its id validated first).
-
-        Raises:
-            InvalidEvent: the id is not valid.
-            SessionNotFound: there is no such session.
-        """
-        self.validate.id(session, "session")
-        row = self.storage.get_session(tx, session)
-        if row is None:
-            raise self.missing(tx, session)
-        return row
-
-    def missing(self, tx: Tx, session: str) -> SessionNotFound | SessionErased:
-        """The error for a session id with no row: :class:`SessionErased` when a tombstone
-        says it was erased, else :class:`SessionNotFound`."""
-        mark = self.storage.get_tombstone(tx, session)
-        if mark is None:
-            return SessionNotFound(session)
-        return SessionErased(session, erased_at=mark.erased_at, actor=mark.actor, reason=mark.reason)
-
-    def insert_new_session(self, tx: Tx, new: NewSession) -> SessionRow | None:
-        """Insert a session row; ``None`` when the id is taken.
-
-        Raises:
-            SessionErased: the id belonged to an erased session (ids are never reused, so a
-                tombstone always names one session's history).
-        """
-        if self.storage.get_tombstone(tx, new.id) is not None:
-            raise self.missing(tx, new.id)
-        return self.storage.insert_session(tx, new)
+    # -- rows and states, each read in its own transaction ------------------------------
 
     def session_row(self, session: Any) -> SessionRow:
         """:meth:`row` in a read transaction of its own."""
         with self.storage.read() as tx:
             return self.row(tx, session)
-
-    def lineage(self, tx: Tx, row: SessionRow) -> list[SessionRow]:
-        """``row`` and the sessions it descends from, root first."""
-        chain = [row]
-        while chain[-1].parent_pk is not None:
-            chain.append(self.storage.get_session_by_pk(tx, chain[-1].parent_pk))
-        chain.reverse()
-        return chain
-
-    def hash_turn_at(self, tx: Tx, row: SessionRow, version: int) -> tuple[bytes, int]:
-        """The chain hash and turn number at a version of a session's lineage.
-
-        Raises:
-            CompactedError: the event at that version is gone.
-        """
-        known = known_hash_turn(row, version)
-        if known is not None:
-            return known
-        lineage = self.lineage(tx, row)
-        for seg in segments(lineage, version):
-            if seg.after < version <= seg.upto:
-                e = self.storage.event_at(tx, seg.session_pk, version)
-                if e is not None:
-                    return e.hash, e.turn
-                owner = next(r for r in lineage if r.pk == seg.session_pk)
-                if owner.baseline == version and owner.baseline_hash is not None:
-                    return owner.baseline_hash, owner.baseline_turn
-        raise CompactedError(row.id, version, row.baseline, row.head)
-
-    # -- states -------------------------------------------------------------------------
-
-    def state_at(self, tx: Tx, row: SessionRow, version: int) -> State:
-        """The state dict after ``version`` (already checked against ``row``)."""
-        if version == 0:
-            return fold_json(None, ())
-        st = self.storage
-        lineage = self.lineage(tx, row) if row.parent_pk is not None else [row]
-        segs = segments(lineage, version)
-        snap = st.latest_snapshot(tx, segs, REDUCER_VERSION, baselines(lineage, version))
-        base = 0
-        state: State | None = None
-        if snap is not None:
-            base = snap.version
-            state = self.decode_snapshot(tx, snap)
-        payloads: list[bytes] = []
-        for seg in segs:
-            if seg.upto > base:
-                payloads += st.read_payloads(tx, seg.session_pk, after=max(seg.after, base), upto=seg.upto)
-        return fold_tail(row.id, base, version, state, decode_many(payloads))
-
-    def decode_snapshot(self, tx: Tx, snap: SnapshotRow) -> State:
-        """The state a snapshot row stands for."""
-        ordered = self.storage.ordered_bodies(tx, snap.message_digests)
-        if None in ordered:
-            raise missing_blob(snap.version)
-        return self.planner.codec.decode(snap.rest, ordered)  # type: ignore[arg-type]
 
     def load(self, session: Any, version: Any = None) -> State:
         """The state dict of a session at a version (``None``: the head)."""
@@ -364,14 +234,6 @@ class Engine:
         with self.storage.read() as tx:
             row = self.row(tx, session)
             return self.state_at(tx, row, check_version(row, version))
-
-    def put_snapshot(self, tx: Tx, pk: int, version: int, state: Mapping[str, Any], written: set[bytes]) -> None:
-        """Store ``state`` as the snapshot of session ``pk`` at ``version``; add the blobs
-        written to ``written``, so that later snapshots of the same transaction skip them."""
-        snap, fresh = self.planner.snapshot(pk, version, state)
-        fresh = {d: body for d, body in fresh.items() if d not in written}
-        self.storage.put_snapshot(tx, snap, fresh)
-        written.update(fresh)
 
     # -- append -------------------------------------------------------------------------
 
@@ -511,70 +373,6 @@ class Engine:
             )
         return self.appended(PlannedAppend(req, row, rows, prev, turn, plan, now))
 
-    def lock_for_append(self, tx: Tx, session: str, expected: int | None = None) -> SessionRow:
-        """Lock a session's row for an append, creating the session if it is new.
-
-        Raises:
-            ConcurrencyError: the session is new and ``expected`` is neither ``None`` nor 0.
-        """
-        st = self.storage
-        row = st.lock_session(tx, session)
-        if row is None:
-            if expected not in (None, 0):
-                raise ConcurrencyError(session, expected, 0)
-            check_new_session_id(session)
-            row = self.insert_new_session(tx, NewSession(id=session, created_at=now_micros()))
-            if row is None:  # created concurrently: wait for its lock
-                row = st.lock_session(tx, session)
-                assert row is not None
-        return row
-
-    def check_open(self, tx: Tx, row: SessionRow) -> SessionControl:
-        """The session's control row, once it is known not to be closed.
-
-        Raises:
-            SessionClosed: the session was closed to writes.
-        """
-        control = self.storage.get_control(tx, row.pk)
-        if control.closed_at is not None:
-            raise SessionClosed(row.id, control.closed_reason)
-        return control
-
-    def write_locked(
-        self,
-        tx: Tx,
-        row: SessionRow,
-        action_dicts: list[dict[str, Any]],
-        encoded: list[tuple[str, bytes]],
-        ids: Sequence[str] | None,
-        actor: str | None,
-        meta: bytes | None,
-        now: int,
-        natives: Sequence[bytes | None] | None = None,
-    ) -> tuple[list[EventRow], bytes, int, AppendPlan]:
-        """Write a batch after the head of a locked row: events, head, due snapshots.
-
-        Returns:
-            ``(rows, new head hash, new head turn, plan)``; after the commit, pass the
-            new head row and the plan to ``planner.committed``.
-        """
-        st = self.storage
-        planner = self.planner
-        rows, prev, turn = event_rows(row, row.id, encoded, ids, actor, meta, now, natives)
-        head = rows[-1].version
-        st.insert_events(tx, rows)
-        st.set_head(tx, row.pk, head, prev, turn)
-        catalogue_rows.apply_effect(tx, row.pk, catalogue_effect(action_dicts, now))
-        plan = planner.plan(row, action_dicts, head)
-        if plan is None:
-            # Re-read the row: a compaction elsewhere may have moved its baseline.
-            fresh = st.get_session(tx, row.id) or row
-            plan = planner.plan(row, action_dicts, head, self.state_at(tx, fresh, row.head))
-            assert plan is not None
-        for snap in plan.snapshots:
-            st.put_snapshot(tx, snap, plan.blobs if snap is plan.snapshots[0] else {})
-        return rows, prev, turn, plan
-
     def appended(self, p: PlannedAppend) -> AppendResult:
         """Bookkeeping after a committed append: caches, and the result."""
         head = p.rows[-1].version
@@ -613,207 +411,18 @@ class Engine:
             row = self.row(tx, session)
             lineage = self.lineage(tx, row)
             names = self.event_names(tx, lineage)
-        return self._iter_history(history_segments(lineage, row, after, upto), names, limit, desc)
-
-    def event_names(self, tx: Tx, lineage: Sequence[SessionRow]) -> dict[int, str]:
-        """The id each row of a lineage reports its events under: the id of the session
-        they were appended to (a kept line's events: the id that was rewound)."""
-        names = {r.pk: r.id for r in lineage}
-        return Rewinds(self.storage.list_rewinds(tx, pks=names.keys())).event_names(names)
-
-    def _iter_history(
-        self, segs: list[Segment], names: dict[int, str], limit: int | None, desc: bool
-    ) -> Iterator[RecordedEvent]:
-        left = limit
-        for seg in reversed(segs) if desc else segs:
-            lo, hi = seg.after, seg.upto
-            while lo < hi and (left is None or left > 0):
-                size = HISTORY_CHUNK if left is None else min(left, HISTORY_CHUNK)
-                with self.storage.read() as tx:
-                    rows = self.storage.read_events(tx, seg.session_pk, after=lo, upto=hi, limit=size, desc=desc)
-                if not rows:
-                    break
-                for e in rows:
-                    yield recorded(e, names[e.session_pk])
-                if left is not None:
-                    left -= len(rows)
-                if desc:
-                    hi = rows[-1].version - 1
-                else:
-                    lo = rows[-1].version
-                if len(rows) < size:
-                    break
-
-    # -- live follow and the feed --------------------------------------------------------
-
-    def follow_plan(
-        self, session: Any, *, after: Any = 0, idle_timeout: Any = None, state: FollowState | None = None
-    ) -> Live:
-        """What following a session reads (validated, the session looked up): the past as
-        :meth:`history` gives it, then the session's own new events. The sync follower
-        (:meth:`follow`) and the async one drive it, each with its own waits."""
-        v = self.validate
-        v.id(session, "session")
-        start = v.count(after, "after") or 0
-        idle = v.timeout(idle_timeout)
-        with self.storage.read() as tx:
-            row = self.row(tx, session)
-            lineage = self.lineage(tx, row)
-            names = self.event_names(tx, lineage)
-        if start > row.head:
-            raise VersionNotFound(
-                row.id, start, row.head,
-                f"session {row.id!r} has no version {start} to follow after (its head is {row.head})",
-            )
-        past = self._iter_history(history_segments(lineage, row, start, None), names, None, False)
-        last = max(start, row.head)
-        st = self.storage
-
-        def read() -> tuple[list[RecordedEvent], bool, bool]:
-            nonlocal last
-            # A session's versions are written under its row lock, so version v + 1 is
-            # never visible before v: reading on from the last version skips nothing.
-            with st.read() as tx:
-                rows = st.read_events(tx, row.pk, after=last, upto=MAX_VERSION, limit=HISTORY_CHUNK)
-                moved = Rewinds(st.list_rewinds(tx, pks=(row.pk,))).by_kept.get(row.pk)
-            full = len(rows) == HISTORY_CHUNK
-            if moved is not None:
-                # The id was rewound: what the row holds up to the old head was committed
-                # before the rewind and is handed out; then the follower ends.
-                rows = [e for e in rows if e.version <= moved.from_head]
-                if not rows:
-                    raise SessionRewound(row.id, moved.to_version, moved.kept_id)
-                full = True
-            if rows:
-                last = rows[-1].version
-            return [recorded(e, row.id) for e in rows], False, full
-
-        return Live(past, read, Pacer(idle, time.monotonic()), state or FollowState(time.time))
-
-    def feed_plan(
-        self, *, after: Any = None, idle_timeout: Any = 1.0, state: FollowState | None = None
-    ) -> Live:
-        """What the feed reads (arguments validated): pages in feed order after a position,
-        below the storage's barrier. Driven like :meth:`follow_plan`."""
-        key = self.validate.position(after, "after")
-        idle = self.validate.timeout(idle_timeout)
-        st = self.storage
-        bands = Bands() if st.feed_banded else None
-
-        def read() -> tuple[list[RecordedEvent], bool, bool]:
-            nonlocal key, bands
-            # The key moves only once the page's transaction has ended and its rows are
-            # about to be handed out: a connection lost between the page and the commit (a
-            # server restart) makes the retried read start from the same key, not after
-            # rows it never handed out.
-            after_key = None if key is None else key.as_tuple()
-            if bands is None:
-                with st.read() as tx:
-                    rows = st.read_feed(tx, after=after_key, limit=FEED_CHUNK)
-                    full = len(rows) == FEED_CHUNK
-                    # At the end: are committed events waiting behind an older open transaction?
-                    pending = not full and st.feed_barrier(tx).pending
-                last = rows[-1] if rows else None
-                next_key = key
-                if last is not None:
-                    next_key = FeedKey(last.xact, last.session_pk, last.version)
-                next_bands = None
-            else:
-                band = st.read_band(after=after_key, limit=bands.limit, upto=bands.upto(key))
-                rows = band.rows
-                upto = bands.upto(key, band.below)
-                next_key, full, next_bands = bands.read(key, rows, upto, band.below)
-                pending = not full and band.pending
-            key, bands = next_key, next_bands
-            out = [recorded_from_feed(r) for r in rows]
-            if rows:
-                out = self.feed_names(out, {r.session_pk for r in rows}, [r.session_pk for r in rows])
-            return out, pending, full
-
-        return Live(iter(()), read, Pacer(idle, time.monotonic()), state or FollowState(time.time))
-
-    def feed_names(
-        self, events: list[RecordedEvent], pks: Iterable[int], pk_of: Sequence[int]
-    ) -> list[RecordedEvent]:
-        """Feed events named as :meth:`history` names them (``pk_of``: each one's row): a
-        kept line's under the id that was rewound, not the kept id."""
-        with self.storage.read() as tx:
-            kept = Rewinds(self.storage.list_rewinds(tx, pks=set(pks))).by_kept
-        if not kept:
-            return events
-        return [
-            replace(e, session_id=kept[pk].session_id) if pk in kept else e
-            for e, pk in zip(events, pk_of, strict=True)
-        ]
+        return iter_history(self.storage, history_segments(lineage, row, after, upto), names, limit, desc)
 
     def follow(self, session: Any, *, after: Any = 0, idle_timeout: Any = None) -> Follower:
         """A session's events after a version, then each new one as it is committed
         (see :meth:`eventstore.EventStore.follow`)."""
-        plan = self.follow_plan(session, after=after, idle_timeout=idle_timeout)
-        return Follower(self._live(plan), plan.state, self.storage.watcher().wake)
+        plan = follow_plan(self, session, after=after, idle_timeout=idle_timeout)
+        return Follower(drive(plan, self.storage), plan.state, self.storage.watcher().wake)
 
     def feed(self, *, after: Any = None, idle_timeout: Any = 1.0) -> Follower:
         """Every session's events in one resumable stream (see :meth:`eventstore.EventStore.feed`)."""
-        plan = self.feed_plan(after=after, idle_timeout=idle_timeout)
-        return Follower(self._live(plan), plan.state, self.storage.watcher().wake)
-
-    def _live(self, plan: Live) -> Iterator[RecordedEvent]:
-        """Hand out the plan's past, then what its ``read`` returns, waiting for the
-        storage's change watcher between reads that reached the end (the decisions are
-        the plan's; the async twin drives the same plan in :func:`eventstore.engine.async_bridge.live`)."""
-        for ev in plan.past:
-            if not plan.handing_out(ev):
-                return
-            yield ev
-        plan.past_done(time.monotonic())
-        watcher = self.storage.watcher()
-        while not plan.state.closed:
-            seen = watcher.generation()
-            try:
-                batch, pending, full = plan.read()
-            except StorageError as exc:
-                delay = plan.after_failure(exc.retryable, time.monotonic())
-                if delay is None:
-                    raise
-                time.sleep(delay)
-                continue
-            plan.read_ok()
-            for ev in batch:
-                if not plan.handing_out(ev):
-                    return
-                yield ev
-            wait = plan.after_read(bool(batch), pending, full, time.monotonic())
-            if wait is None:
-                return
-            if wait and watcher.wait(seen, wait_arg(wait)) != seen:
-                self.storage.others_committed()
-
-    def catalogue_at(self, tx: Tx, row: SessionRow, version: int) -> dict[str, Any]:
-        """The catalogue's ``status`` and ``first_text`` of a session at a version (for a
-        row that starts there: a branch, a rewound head)."""
-        if version == row.head:
-            own = catalogue_rows.rows_by_pk(tx, [row.pk]).get(row.pk)
-            if own is not None:
-                return {"status": own.status, "first_text": own.first_text}
-        status, first_text = state_catalogue(self.state_at(tx, row, version))
-        return {"status": status, "first_text": first_text}
-
-    def refresh_catalogue(self, tx: Tx, pk: int) -> None:
-        """Set a session's catalogue columns from its state at its head (after a write that
-        moved the head without knowing the batch: an import)."""
-        row = self.storage.get_session_by_pk(tx, pk)
-        status, first_text = state_catalogue(self.state_at(tx, row, row.head))
-        updated = row.created_at
-        if row.head > (row.fork_version or 0):
-            ev = self.storage.event_at(tx, row.pk, row.head)
-            if ev is not None:
-                updated = ev.recorded_at
-        catalogue_rows.apply_effect(tx, pk, absolute_effect(status, first_text, updated))
-
-    def carry_catalogue(self, tx: Tx, from_pk: int, to_pk: int, updated_at: int) -> None:
-        """The session id moved from row ``from_pk`` to ``to_pk`` (a rewind): the new row keeps
-        the conversation's title, owner and metadata, and its last activity is ``updated_at``."""
-        catalogue_rows.carry_info(tx, from_pk, to_pk, updated_at)
+        plan = feed_plan(self, after=after, idle_timeout=idle_timeout)
+        return Follower(drive(plan, self.storage), plan.state, self.storage.watcher().wake)
 
     def session_rows(self) -> list[SessionRow]:
         """Every session row, oldest first."""
@@ -827,36 +436,6 @@ class Engine:
             controls = self.storage.list_controls(tx)
             rewinds = Rewinds(self.storage.list_rewinds(tx))
             return self.infos(tx, rows, {r.pk: r for r in rows}, controls, rewinds)
-
-    def infos(
-        self,
-        tx: Tx,
-        rows: Sequence[SessionRow],
-        known: Mapping[int, SessionRow],
-        controls: Mapping[int, SessionControl],
-        rewinds: Rewinds,
-    ) -> list[SessionInfo]:
-        """The :class:`SessionInfo` of each row (``known``: rows by pk, for naming parents;
-        a rewind's rows are reported as :class:`eventstore.core.rewinds.Rewinds` says),
-        with its catalogue fields."""
-        catalogue = catalogue_rows.rows_by_pk(tx, [r.pk for r in rows])
-        out = []
-        for r in rows:
-            parent, fork = rewinds.parent(r, known)
-            out.append(
-                session_info(
-                    controls.get(r.pk),
-                    id=r.id,
-                    parent=parent,
-                    fork_version=fork,
-                    head=r.head,
-                    baseline=r.baseline,
-                    created_at=to_datetime(r.created_at),
-                    head_turn=r.head_turn,
-                    **catalogue_fields(catalogue.get(r.pk)),
-                )
-            )
-        return out
 
     # -- branch -------------------------------------------------------------------------
 
@@ -881,24 +460,6 @@ class Engine:
                     self.check_open(tx, taken)
                 raise SessionExists(new_id)
         return str(new_id)
-
-    def fork_of(self, tx: Tx, row: SessionRow, fork: int, new_id: str, created_at: int) -> NewSession:
-        """The row of a branch of ``row`` at version ``fork`` (already checked)."""
-        h, turn = self.hash_turn_at(tx, row, fork)
-        return NewSession(
-            id=new_id,
-            created_at=created_at,
-            parent_pk=row.pk,
-            fork_version=fork,
-            head=fork,
-            head_hash=h,
-            head_turn=turn,
-            # What the parent compacted away is gone for the branch too.
-            baseline=row.baseline,
-            baseline_hash=row.baseline_hash,
-            baseline_turn=row.baseline_turn,
-            **self.catalogue_at(tx, row, fork),
-        )
 
     # -- compaction primitive -----------------------------------------------------------
 
@@ -953,31 +514,3 @@ class Engine:
                 baseline_turn=turn,
             )
         return CompactionRecord(session, v, row.baseline, deleted, keep)
-
-    def record_compaction(
-        self, tx: Tx, row: SessionRow, upto: int, h: bytes, turn: int, digest: bytes, actor: str | None
-    ) -> None:
-        """Write the compaction record of moving ``row``'s baseline to ``upto``.
-
-        A branch whose new baseline is at or below its fork point removes none of its own
-        events: its record keeps no hashes, only the baseline's hash, turn and state digest.
-        """
-        now = now_micros()
-        if upto > (row.fork_version or 0):
-            self.storage.record_compaction(tx, row.pk, upto=upto, state_digest=digest, compacted_at=now, actor=actor)
-            return
-        self.storage.insert_compaction(
-            tx,
-            CompactionRow(
-                session_pk=row.pk,
-                upto=upto,
-                previous_baseline=row.baseline,
-                baseline_hash=h,
-                baseline_turn=turn,
-                state_digest=digest,
-                first_version=upto + 1,
-                removed_hashes=b"",
-                compacted_at=now,
-                actor=actor,
-            ),
-        )

@@ -15,7 +15,8 @@ __all__ = ["StoreBase"]
 
 
 class StoreBase:
-    """The constructor and read-only settings of both facades (not used on its own)."""
+    """The constructor and read-only settings of both facades (not used on its own): each
+    facade adds only its writers (:meth:`_open_writers`)."""
 
     #: Open the storage with asyncio drivers (the async facade sets this).
     _asyncio_storage = False
@@ -38,6 +39,12 @@ class StoreBase:
             max_id_length=max_id_length,
             **storage_options,
         )
+        self._open_writers()
+
+    def _open_writers(self) -> None:
+        """Open what each facade writes through beside the engine (its turn writer; the
+        async one's group commit too)."""
+        raise NotImplementedError
 
     @property
     def url(self) -> str:

@@ -36,7 +36,8 @@ import asyncio
 
 from eventstore.core.records import AppendResult
 from eventstore.engine.async_bridge import run
-from eventstore.engine.engine import AppendRequest, Engine, PlannedAppend, now_micros
+from eventstore.engine.engine import AppendRequest, Engine, PlannedAppend
+from eventstore.engine.transaction_steps import now_micros
 from eventstore.errors import EventStoreError, StorageError
 from eventstore.storage.interface import EventIdRace
 
@@ -51,8 +52,9 @@ STALL_AFTER = 0.05
 _Waiter = tuple[PlannedAppend, "asyncio.Future[AppendResult | None]"]
 
 
-class _Flight:
-    """One transaction of the group in flight (a lone append or a group commit)."""
+class _Transaction:
+    """One transaction of the group in flight (a lone append or a group commit): whether it
+    has been in flight longer than ``stall_after``, and the timer that will say so."""
 
     __slots__ = ("stalled", "timer")
 
@@ -76,8 +78,8 @@ class AppendGroup:
         self._stall_after = stall_after
         # Transactions in flight, and those of them not yet stalled: appends queue only
         # behind a transaction that is not stalled.
-        self._flying = 0
-        self._fresh = 0
+        self._in_flight = 0
+        self._in_flight_unstalled = 0
         self._idle = asyncio.Event()
         self._idle.set()
         self._queue: list[_Waiter] = []
@@ -87,12 +89,12 @@ class AppendGroup:
     async def append(self, req: AppendRequest) -> AppendResult:
         """Append a prepared batch; its result or error is exactly a lone append's."""
         eng = self._eng
-        if not self._fresh:
-            flight = self._take_off()
+        if not self._in_flight_unstalled:
+            txn = self._begin()
             try:
                 return await run(eng.append_request, req)
             finally:
-                self._land(flight)
+                self._end(txn)
         planned = eng.plan_optimistic(req, now_micros())
         if planned is not None:
             done: asyncio.Future[AppendResult | None] = asyncio.get_running_loop().create_future()
@@ -107,37 +109,37 @@ class AppendGroup:
         """Wait until the appends in flight and queued are committed (or have failed)."""
         await self._idle.wait()
 
-    def _take_off(self) -> _Flight:
-        flight = _Flight()
-        self._flying += 1
-        self._fresh += 1
+    def _begin(self) -> _Transaction:
+        txn = _Transaction()
+        self._in_flight += 1
+        self._in_flight_unstalled += 1
         self._idle.clear()
         loop = asyncio.get_running_loop()
-        flight.timer = loop.call_later(self._stall_after, self._stalled, flight)
-        return flight
+        txn.timer = loop.call_later(self._stall_after, self._stalled, txn)
+        return txn
 
-    def _stalled(self, flight: _Flight) -> None:
-        flight.stalled = True
-        self._fresh -= 1
+    def _stalled(self, txn: _Transaction) -> None:
+        txn.stalled = True
+        self._in_flight_unstalled -= 1
         self._kick()
 
-    def _land(self, flight: _Flight) -> None:
-        if flight.timer is not None:
-            flight.timer.cancel()
-        if not flight.stalled:
-            self._fresh -= 1
-        self._flying -= 1
+    def _end(self, txn: _Transaction) -> None:
+        if txn.timer is not None:
+            txn.timer.cancel()
+        if not txn.stalled:
+            self._in_flight_unstalled -= 1
+        self._in_flight -= 1
         self._kick()
-        if not self._flying:
+        if not self._in_flight:
             self._idle.set()
 
     def _kick(self) -> None:
         """Commit what is queued, unless a transaction that is not stalled is in flight
         (then it starts the next group when it lands)."""
-        while self._queue and not self._fresh:
+        while self._queue and not self._in_flight_unstalled:
             group = self._take()
             if group:
-                task = asyncio.get_running_loop().create_task(self._commit(group, self._take_off()))
+                task = asyncio.get_running_loop().create_task(self._commit(group, self._begin()))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
 
@@ -161,7 +163,7 @@ class AppendGroup:
         group.sort(key=lambda item: item[0].row.pk)
         return group
 
-    async def _commit(self, group: list[_Waiter], flight: _Flight) -> None:
+    async def _commit(self, group: list[_Waiter], txn: _Transaction) -> None:
         eng = self._eng
         try:
             try:
@@ -183,7 +185,7 @@ class AppendGroup:
             if isinstance(exc, asyncio.CancelledError):
                 raise
         finally:
-            self._land(flight)
+            self._end(txn)
 
 
 def _fail(group: list[_Waiter], exc: BaseException) -> None:

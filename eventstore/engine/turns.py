@@ -1,5 +1,7 @@
-"""Streaming turns on a synchronous engine: persist before stream, group commit, stop,
-crash recovery and closing a session.
+"""Streaming turns on a synchronous engine: writing a turn's parts as they stream.
+
+Persist before stream, group commit and stop; crash recovery and closing a session are
+:mod:`eventstore.engine.turn_recovery`.
 
 A :class:`TurnWriter` belongs to one store. Each open :class:`StreamingTurn` buffers its parts in a
 :class:`~eventstore.core.turn_rules.TurnState`; background threads (the *flushers*) commit
@@ -17,6 +19,8 @@ that ends the turn's run (its own ``finish``, ``error`` or ``stop``) gives the l
 leaving the turn costs no commit of its own.
 
 Every decision is in :mod:`eventstore.core.turn_rules`; this module only waits and does I/O.
+What the sync writer shares with the asyncio one (:mod:`eventstore.engine.async_turns`) is
+:class:`TurnWriterBase`.
 """
 
 from __future__ import annotations
@@ -27,38 +31,27 @@ import time
 import uuid
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 from eventstore.core.appends import event_rows, head_after
 from eventstore.core.catalogue import effect as catalogue_effect
 from eventstore.core.codec import encode_action
-from eventstore.core.records import Recovery
-from eventstore.core.reducer import fold_json, resumable
-from eventstore.core.rows import SessionControl, SessionRow, TurnBatch
-from eventstore.core.validation import MAX_SECONDS
+from eventstore.core.rows import SessionRow, TurnBatch
 from eventstore.core.turn_rules import (
     INTERRUPTION,
     MAX_PENDING,
     Pending,
-    RecoveryStatus,
     TurnState,
     event_id,
     opening_action,
-    recovery_status,
     turn_action,
-    writer_stale,
 )
-from eventstore.engine.engine import Engine, now_micros
+from eventstore.engine.engine import Engine
+from eventstore.engine.transaction_steps import now_micros
 from eventstore.engine.planner import AppendPlan
-from eventstore.errors import (
-    EventStoreError,
-    InvalidEvent,
-    SessionNotFound,
-    StorageError,
-    TurnBusy,
-)
+from eventstore.errors import EventStoreError, InvalidEvent, StorageError, TurnBusy
 
 __all__ = [
     "DEFAULT_MAX_DELAY",
@@ -67,11 +60,11 @@ __all__ = [
     "StreamingTurn",
     "TurnView",
     "TurnWriter",
+    "TurnWriterBase",
     "claiming_turn",
-    "close_session",
+    "flush_error",
     "open_locked",
     "prepare_opening",
-    "recover",
 ]
 
 #: How long a text or reasoning delta may wait before it is durable, by default.
@@ -105,21 +98,62 @@ def check_max_delay(value: Any) -> float:
     return float(value)
 
 
-def check_stale_after(value: Any) -> float:
-    """``stale_after`` as a float: a positive number of seconds, at most ``MAX_SECONDS``.
+class TurnWriterBase:
+    """What the sync and the async turn writer share: the open turns, their bookkeeping,
+    the checks of a part, and the flusher's choice of work. The two differ only in how
+    they wait (threading conditions and threads, or an :class:`asyncio.Condition` and a
+    task); callers hold the writer's lock (sync) or run on the loop (async)."""
 
-    Raises:
-        InvalidEvent: it is not.
-    """
-    if type(value) not in (int, float) or not math.isfinite(value) or not 0 < value <= MAX_SECONDS:
-        raise InvalidEvent(
-            f"stale_after must be a positive number of seconds up to {MAX_SECONDS:.0e}, got {value!r}",
-            field="stale_after",
-        )
-    return float(value)
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._turns: list[TurnState] = []
+        self._attempts: dict[str, int] = {}
+        self._closing = False
+
+    def _delist(self, state: TurnState) -> None:
+        self._turns.remove(state)
+        self.engine.planner.reserve(-1)
+
+    def _enlist(self, state: TurnState) -> None:
+        if self._closing:
+            raise StorageError("the store is closed")
+        self._turns.append(state)
+        self.engine.planner.reserve(1)
+
+    def _encode(self, action: dict[str, Any], native: Any) -> tuple[tuple[str, bytes], bytes | None]:
+        """A part's ``(type, payload)`` and native bytes, their sizes checked."""
+        encoded = encode_action(action)
+        self.engine.validate.size(encoded[1], "the part")
+        return encoded, self.engine.validate.native(native)
+
+    @staticmethod
+    def _raise_if_over(state: TurnState, *, finished_ok: bool = False) -> None:
+        problem = state.problem(finished_ok=finished_ok)
+        if problem is not None:
+            raise problem
+
+    def _next_flush(self, now: float) -> tuple[list[TurnState], float | None]:
+        """What the flusher does now: ``(turns whose buffer must be flushed now, None)``
+        (when closing: every one with parts; none left: the flusher ends), or ``([], when it
+        must look again at the latest)`` (monotonic)."""
+        due = [t for t in self._turns if t.due(now) or (self._closing and t.joins_flush(now))]
+        if due or self._closing:
+            return due, None
+        return due, min((t.wake_at(now) for t in self._turns), default=now + 1.0)
+
+    def _work(self, due: list[TurnState], now: float) -> list[tuple[TurnState, list[Pending], bool]]:
+        """The flush of ``due``: everything buffered by every open turn, due or not, taken
+        out of the buffers, in session order (rows are locked in one order)."""
+        due = due + [t for t in self._turns if t not in due and t.joins_flush(now)]
+        return [(t, *t.take()) for t in sorted(due, key=lambda t: t.row.pk)]
 
 
-class TurnWriter:
+def flush_error(exc: Exception) -> EventStoreError:
+    """The error a failed flush gives each of its turns (never a bare driver exception)."""
+    return exc if isinstance(exc, EventStoreError) else StorageError(f"turn flush failed: {exc!r}")
+
+
+class TurnWriter(TurnWriterBase):
     """The group committer of one store: open turns and the flusher thread.
 
     Thread safety: turns may be written from any thread; one lock guards every
@@ -128,13 +162,10 @@ class TurnWriter:
     """
 
     def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+        super().__init__(engine)
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
-        self._turns: list[TurnState] = []
-        self._attempts: dict[str, int] = {}
         self._threads: list[threading.Thread] = []
-        self._closing = False
         self._locked_openings = threading.BoundedSemaphore(LOCKED_OPENINGS)
         # When each sleeping flusher wakes up next (monotonic), by thread id.
         self._sleeping: dict[int, float] = {}
@@ -175,18 +206,10 @@ class TurnWriter:
             self._enlist(state)
         return state
 
-    def _delist(self, state: TurnState) -> None:
-        # Called with the lock held.
-        self._turns.remove(state)
-        self.engine.planner.reserve(-1)
-
     def _enlist(self, state: TurnState) -> None:
-        # Called with the lock held.
-        if self._closing:
-            raise StorageError("the store is closed")
+        # Called with the lock held (as _delist is).
         state.waiter = threading.Condition(self._lock)
-        self._turns.append(state)
-        self.engine.planner.reserve(1)
+        super()._enlist(state)
         if not self._threads:
             # FLUSHERS threads share the work: one builds and sends a flush while another
             # waits for its commit; a turn with a flush in flight is never taken by another.
@@ -212,9 +235,7 @@ class TurnWriter:
             TurnStopped, SessionClosed: the turn is over.
             StorageError: the database failed for good.
         """
-        encoded = encode_action(action)
-        self.engine.validate.size(encoded[1], "the part")
-        native_bytes = self.engine.validate.native(native)
+        encoded, native_bytes = self._encode(action, native)
         with self._lock:
             while not state.over and state.buffered >= MAX_PENDING:
                 state.waiter.wait(_WAIT_CHECK)
@@ -284,12 +305,6 @@ class TurnWriter:
         if state.durable < seq:
             self._raise_if_over(state)
 
-    @staticmethod
-    def _raise_if_over(state: TurnState, *, finished_ok: bool = False) -> None:
-        problem = state.problem(finished_ok=finished_ok)
-        if problem is not None:
-            raise problem
-
     # -- the flusher ----------------------------------------------------------------------
 
     def _run(self) -> None:
@@ -298,30 +313,19 @@ class TurnWriter:
             with self._lock:
                 while True:
                     now = time.monotonic()
-                    due = [
-                        t
-                        for t in self._turns
-                        if t.due(now) or (self._closing and t.joins_flush(now))
-                    ]
-                    if due or self._closing:
+                    due, wake = self._next_flush(now)
+                    if wake is None:
                         break
-                    wake = min((t.wake_at(now) for t in self._turns), default=now + 1.0)
                     self._sleeping[me] = wake
                     self._wake.wait(max(wake - now, 0.0005))
                     del self._sleeping[me]
                 if not due and self._closing:
                     return
-                # One flush carries everything buffered by every open turn, due or not.
-                due += [t for t in self._turns if t not in due and t.joins_flush(now)]
-                work = [(t, *t.take()) for t in sorted(due, key=lambda t: t.row.pk)]
+                work = self._work(due, now)
             try:
                 flush_turns(self.engine, self._lock, work, self._attempts)
             except Exception as exc:  # noqa: BLE001 - never leave a writer waiting forever
-                err = (
-                    exc
-                    if isinstance(exc, EventStoreError)
-                    else StorageError(f"turn flush failed: {exc!r}")
-                )
+                err = flush_error(exc)
                 with self._lock:
                     for t, _, _ in work:
                         t.failed(err)
@@ -658,116 +662,3 @@ def release_lease(engine: Engine, state: TurnState) -> None:
     """Give up a turn's lease directly (a turn that stopped: its head check would fail)."""
     with engine.storage.write() as tx:
         engine.storage.set_writer(tx, state.row.pk, None, None, only_if=state.token)
-
-
-def recover(engine: Engine, session: Any, *, stale_after: Any = 30.0) -> Recovery | None:
-    """Close a turn whose writer died; the continuation seed, or ``None``.
-
-    When the session's status is ``streaming`` and no turn in any process has written to
-    it (or renewed its lease) for ``stale_after`` seconds, append the interruption part
-    (an ``error`` part: every open call is cancelled), give the dead writer's lease up and
-    return :class:`Recovery` with ``resumable`` of the messages. Otherwise write nothing
-    and return ``None``: a live writer is never interrupted.
-
-    Raises:
-        InvalidEvent: an argument is malformed.
-        SessionNotFound: no such session.
-        SessionClosed: the session is closed.
-    """
-    eng = engine
-    eng.validate.id(session, "session")
-    stale = check_stale_after(stale_after)
-    st = eng.storage
-    action = dict(INTERRUPTION)
-    encoded = encode_action(action)
-    now = now_micros()
-    with st.write(session=session) as tx:
-        row = st.lock_session(tx, session)
-        if row is None:
-            raise SessionNotFound(session)
-        eng.check_open(tx, row)
-        control = _last_writes(eng, tx, row)
-        if not writer_stale(control, now, stale):
-            return None
-        state = eng.state_at(tx, row, row.head)
-        if state.get("status") != "streaming":
-            if control.writer is not None:
-                st.set_writer(tx, row.pk, None, None)  # a dead writer's lease, nothing open
-            return None
-        rows, prev, turn, plan = eng.write_locked(
-            tx, row, [action], [encoded], None, "recovery", None, now
-        )
-        st.set_writer(tx, row.pk, None, None)
-    eng.planner.committed(head_after(row, rows[-1].version, prev, turn), plan)
-    after = fold_json(state, [action])
-    return Recovery(rows[-1].version, resumable(after["messages"]))
-
-
-def _last_writes(engine: Engine, tx: Any, row: SessionRow) -> SessionControl:
-    """The session's control row with its head event's time (what staleness is judged by)."""
-    control = engine.storage.get_control(tx, row.pk, with_head_event=True)
-    if control.head_recorded_at is None:
-        # A branch still at its fork point: its creation is the last write to it.
-        control = replace(control, head_recorded_at=row.created_at)
-    return control
-
-
-def recovery_status_of(engine: Engine, session: Any, *, stale_after: Any = 30.0) -> RecoveryStatus:
-    """Whether :func:`recover` would interrupt the session now; if not, why not and when it
-    would (it writes nothing).
-
-    Raises:
-        InvalidEvent: an argument is malformed.
-        SessionNotFound: no such session.
-        SessionErased: it was erased.
-    """
-    engine.validate.id(session, "session")
-    stale = check_stale_after(stale_after)
-    st = engine.storage
-    with st.read() as tx:
-        row = st.get_session(tx, session)
-        if row is None:
-            raise engine.missing(tx, session)
-        control = _last_writes(engine, tx, row)
-        status = str(engine.state_at(tx, row, row.head).get("status"))
-    return recovery_status(session, control, status, now_micros(), stale)
-
-
-def close_session(engine: Engine, session: Any, *, reason: Any = None) -> None:
-    """Close a session to writes (idempotent; a later close keeps the first reason).
-
-    A session left ``streaming`` (a live turn, or a writer that died) is ended in the same
-    transaction: the interruption ``error`` part is appended (actor ``"close"``; every open
-    call is cancelled) and the writer's lease is given up, so a closed session is never
-    stuck mid-turn. A live turn's parts not yet flushed are dropped, and its next
-    ``write`` or ``flush`` raises :class:`~eventstore.errors.SessionClosed`.
-
-    Raises:
-        InvalidEvent: an argument is malformed.
-        SessionNotFound: no such session.
-    """
-    engine.validate.id(session, "session")
-    engine.validate.optional_id(reason, "reason")
-    st = engine.storage
-    action = dict(INTERRUPTION)
-    encoded = encode_action(action)
-    committed = None
-    with st.write(session=session) as tx:
-        row = st.lock_session(tx, session)
-        if row is None:
-            raise SessionNotFound(session)
-        if st.get_control(tx, row.pk).closed_at is None:
-            now = now_micros()
-            # A turn still open would stay `streaming` for good: nothing can write to a
-            # closed session, recovery included. So the close ends it, as a recovery does,
-            # under the session's lock: the live writer's next flush finds the session
-            # closed and its buffered parts are dropped (``turn.dropped``).
-            if engine.state_at(tx, row, row.head).get("status") == "streaming":
-                rows, prev, turn, plan = engine.write_locked(
-                    tx, row, [action], [encoded], None, "close", None, now
-                )
-                committed = (head_after(row, rows[-1].version, prev, turn), plan)
-            st.set_writer(tx, row.pk, None, None)
-            st.close_session(tx, row.pk, now, reason)
-    if committed is not None:
-        engine.planner.committed(*committed)

@@ -1,7 +1,7 @@
 """The explorer: a local, read-only web app over a store (``eventstore ui``).
 
 Pages are rendered on the server with the audit report's pieces
-(:mod:`eventstore.features.report`); a little plain script adds the version scrubber's
+(:mod:`eventstore.features.report_html`); a little plain script adds the version scrubber's
 keyboard and live updates. Every file the pages use is served by the app itself. There
 is no authentication: anyone who can reach the port can read every session, which is
 why :func:`serve` listens on loopback unless told otherwise.

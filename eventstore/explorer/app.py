@@ -58,8 +58,8 @@ from eventstore.explorer.views import (
     view_html,
 )
 from eventstore.explorer.reads import lines, list_sessions
-from eventstore.features.report import CSP as REPORT_CSP
-from eventstore.features.report import CSS as REPORT_CSS
+from eventstore.features.report_style import CSP as REPORT_CSP
+from eventstore.features.report_style import CSS as REPORT_CSS
 
 if TYPE_CHECKING:
     from eventstore import EventStore, Follower

@@ -1,6 +1,6 @@
 """The explorer's pages, rendered on the server with the audit report's pieces.
 
-Every value from the log goes through :func:`eventstore.features.report.escape` (HTML
+Every value from the log goes through :func:`eventstore.features.report_html.escape` (HTML
 escaped, invisible and control characters spelled out). A page links one style sheet and
 one script, both served by the explorer itself; nothing is inline, so the server's
 Content-Security-Policy can forbid every inline script and style.
@@ -22,7 +22,7 @@ from eventstore.core.reducer import fold_json
 from eventstore.core.text import shorten
 from eventstore.core.turn_view import build_turns, turn_messages
 from eventstore.explorer.reads import owner_of, title_of, updated_of
-from eventstore.features.report import (
+from eventstore.features.report_html import (
     badge,
     diff_html,
     escape,

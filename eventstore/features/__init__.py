@@ -1,5 +1,7 @@
-"""Capabilities built on the engine: time travel, compaction, export and import, verify,
-signed checkpoints and erasure, and the HTML report.
+"""Capabilities built on the engine, one module each.
+
+Time travel, compaction, export and import, verify, signed checkpoints and erasure, and
+the HTML report.
 
 Each module takes an :class:`~eventstore.engine.engine.Engine` as its first argument and
 imports nothing from storage: what it needs from the database, it asks of the engine.

@@ -16,7 +16,8 @@ from eventstore.core.checkpoints import Checkpoint, SessionHead, sign_checkpoint
 from eventstore.core.rewinds import Rewinds
 from eventstore.core.codec import state_digest
 from eventstore.core.rows import SessionRow
-from eventstore.engine.engine import Engine, Tx, now_micros
+from eventstore.engine.engine import Engine, Tx
+from eventstore.engine.transaction_steps import now_micros
 from eventstore.errors import InvalidEvent
 
 __all__ = ["MAX_REASON", "baseline_digest", "checkpoint", "erase", "erase_older_than", "parse_age"]

@@ -17,7 +17,7 @@ from eventstore.core.appends import check_version
 from eventstore.core.rows import SessionRow
 from eventstore.engine.engine import Engine
 from eventstore.errors import InvalidEvent
-from eventstore.features.transfer import export
+from eventstore.features.exporting import export
 
 __all__ = ["CompactResult", "compact", "compact_all"]
 
@@ -76,7 +76,7 @@ def compact(
     """Fold events ``1..upto`` of a session into a baseline and delete them.
 
     The archive, when given, is written completely *before* anything is deleted: it is a
-    full export of the session (see :func:`eventstore.features.transfer.export`), so ``import_``
+    full export of the session (see :func:`eventstore.features.exporting.export`), so ``import_``
     restores the whole history: into another database, or in place (putting the removed
     events back and lowering the baseline again, as long as the session was not compacted
     further). Then, in one transaction, the state at ``upto`` is stored as the baseline

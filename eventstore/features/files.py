@@ -1,5 +1,7 @@
-"""Writing the files the store produces (exports, archives, reports) without ever leaving
-a truncated one under the final name."""
+"""Writing the store's files (exports, archives, reports), never a truncated one.
+
+No file is left truncated under its final name.
+"""
 
 from __future__ import annotations
 

@@ -14,7 +14,8 @@ from eventstore.core.appends import check_version
 from eventstore.core.records import SessionInfo
 from eventstore.core.rewinds import Rewinds, kept_id, kept_reason
 from eventstore.core.rows import RewindRow
-from eventstore.engine.engine import Engine, now_micros
+from eventstore.engine.engine import Engine
+from eventstore.engine.transaction_steps import now_micros
 from eventstore.errors import ConcurrencyError, InvalidEvent, TurnBusy
 from eventstore.features.audit import check_reason
 

@@ -18,8 +18,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from eventstore.core.appends import State, segments
+from eventstore.core.chain import ChainWalk
 from eventstore.core.checkpoints import Checkpoint, CurrentSession, ErasedSession, RewoundSession, check_checkpoint
-from eventstore.core.codec import decode_native, decode_payload, recorded_hash, state_digest
+from eventstore.core.codec import decode_native, decode_payload, state_digest
 from eventstore.core.records import Problem, VerifyReport, to_datetime
 from eventstore.core.reducer import REDUCER_VERSION, fold_json
 from eventstore.core.rows import (
@@ -33,7 +34,8 @@ from eventstore.core.rows import (
 )
 from eventstore.core.validation import MAX_VERSION
 from eventstore.engine import catalogue
-from eventstore.engine.engine import HISTORY_CHUNK, Engine, Tx
+from eventstore.engine.engine import Engine, Tx
+from eventstore.engine.reads import HISTORY_CHUNK
 from eventstore.features.audit import baseline_digest
 from eventstore.errors import CheckpointError, SessionErased
 
@@ -64,9 +66,10 @@ class ChainCheck:
         self.problems: list[Problem] = []
         self.events = 0
         self.checked_snapshots = 0
-        self.expected = row.baseline + 1
-        self.prev = (row.baseline_hash or ZERO_HASH) if row.baseline else ZERO_HASH
-        self.turn = row.baseline_turn if row.baseline else 0
+        if row.baseline:
+            self.chain = ChainWalk(row.baseline, row.baseline_hash or ZERO_HASH, row.baseline_turn)
+        else:
+            self.chain = ChainWalk(0, ZERO_HASH, 0)
         self._pending: list[dict[str, Any]] = []
 
     def problem(self, version: int, kind: str, message: str) -> None:
@@ -80,18 +83,15 @@ class ChainCheck:
         where = f"session {who!r} version {e.version}"
         if who != self.row.id:
             where += f" (inherited by {self.row.id!r})"
-        if e.version != self.expected:
+        link = self.chain.step(who, e)
+        if link.gap:
             self.problem(
-                e.version, "missing-events", f"{where}: versions {self.expected}..{e.version - 1} are missing"
+                e.version, "missing-events", f"{where}: versions {link.expected_version}..{e.version - 1} are missing"
             )
-        self.expected = e.version + 1
-        if recorded_hash(self.prev, who, e) != e.hash:
+        if not link.hash_ok:
             self.problem(e.version, "hash-mismatch", f"{where}: hash mismatch (the event or its chain was altered)")
-        self.prev = e.hash
-        turn = self.turn + (1 if e.type == "send" else 0)
-        if e.turn != turn:
-            self.problem(e.version, "turn-mismatch", f"{where}: turn {e.turn}, expected {turn}")
-        self.turn = e.turn
+        if not link.turn_ok:
+            self.problem(e.version, "turn-mismatch", f"{where}: turn {e.turn}, expected {link.expected_turn}")
         self.events += 1
         try:
             self._pending.append(decode_payload(e.payload))
@@ -121,23 +121,24 @@ class ChainCheck:
     def finish(self, beyond: EventRow | None) -> None:
         """The checks after the last event: nothing missing up to the head, the head hash
         matches the chain, and no row was forged past the head (``beyond``)."""
-        row = self.row
-        if self.expected != row.head + 1:
+        row, chain = self.row, self.chain
+        expected = chain.version + 1
+        if expected != row.head + 1:
             self.problem(
-                self.expected,
+                expected,
                 "missing-events",
-                f"session {row.id!r} version {self.expected}: events {self.expected}..{row.head} are missing",
+                f"session {row.id!r} version {expected}: events {expected}..{row.head} are missing",
             )
-        elif row.head > row.baseline and self.prev != row.head_hash:
+        elif row.head > row.baseline and chain.hash != row.head_hash:
             self.problem(
                 row.head, "head-hash", f"session {row.id!r} version {row.head}: head hash does not match the chain"
             )
-        elif row.head_turn != self.turn:
+        elif row.head_turn != chain.turn:
             self.problem(
                 row.head,
                 "head-turn",
                 f"session {row.id!r} version {row.head}: the session's head turn is {row.head_turn}, "
-                f"its events say {self.turn}",
+                f"its events say {chain.turn}",
             )
         if beyond is not None:
             self.problem(

@@ -1,5 +1,6 @@
-"""The catalogue's statements: the columns every head move keeps, a page of sessions, and
-the ``set_info`` record.
+"""The catalogue's SQL statements: kept columns, a page of sessions, the info record.
+
+The columns every head move keeps, a page of sessions, and the ``set_info`` record.
 
 The catalogue columns (``status``, ``first_text``, ``updated_at``) change with the head, in
 the statement that moves it (see :mod:`eventstore.core.catalogue` for why the write needs

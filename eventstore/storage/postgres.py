@@ -487,7 +487,7 @@ class _NotifySignal(Signal):
         conn, channel = _dedicated(self._db, synchronous_commit="off")
         return conn, [channel.encode()]
 
-    def tidy(self, handle: Any, *, final: bool) -> None:
+    def summarize_feed_index(self, handle: Any, *, final: bool) -> None:
         """Summarize the feed index's newly complete ranges: at most once a second while
         commits come, and once when they stop.
 

@@ -1,5 +1,6 @@
-"""The statements of a rewind (SQLAlchemy Core, dialect-neutral), used by :class:`SqlStorage
-<eventstore.storage.sql.SqlStorage>`.
+"""The SQL statements of a rewind (SQLAlchemy Core, dialect-neutral).
+
+They are used by :class:`SqlStorage <eventstore.storage.sql.SqlStorage>`.
 
 A rewind renames the rewound session's row, inserts the row that takes its id and the
 audit record, in the caller's transaction; no event row is read or written.

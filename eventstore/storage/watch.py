@@ -301,11 +301,12 @@ class Signal(ABC):
     def close(self, handle: Any) -> None:
         """Close the dedicated connection (never raises)."""
 
-    def tidy(self, handle: Any, *, final: bool) -> None:
-        """Upkeep that follows commits but must not slow the writers, run on the notifier's
-        thread after a sign, before another one can start, and once more (``final``) when
-        no commit came for a while (none by default). Raises, like :meth:`finish`, only
-        when the connection is lost."""
+    def summarize_feed_index(self, handle: Any, *, final: bool) -> None:
+        """Summarize what the commits added to the feed's index, without slowing the writers
+        (PostgreSQL: the BRIN index's newly complete ranges; nothing by default): run on the
+        notifier's thread after a sign, before another one can start, and once more
+        (``final``) when no commit came for a while. Raises, like :meth:`finish`, only when
+        the connection is lost."""
 
 
 # Notifiers still open: a process that exits without closing its store sends its last sign.
@@ -325,25 +326,33 @@ class Notifier:
     flight, the writer's thread sends one at once without waiting for the server (no hand-
     over to another thread on the way: under load a woken thread waits for the interpreter
     lock); otherwise the commit is noted and one more sign follows when the one in flight
-    is done. A thread of the notifier's own (started on demand, gone after ``linger``
-    seconds without a mark) waits for each sign's result, runs the backend's upkeep
-    (:meth:`Signal.tidy`) between signs, connects and reconnects: at most
-    one sign per commit, far fewer under load, and none inside a writer's transaction (on
-    PostgreSQL a transaction that notifies holds a database-wide lock through its commit,
-    which would serialise every writer). A sign that cannot be sent is retried with a
-    back-off on a new connection; readers meanwhile find the commits by their own polling.
+    is done. A thread of the notifier's own (started on demand, gone after
+    ``thread_idle_timeout`` seconds without a mark) waits for each sign's result, summarizes
+    the feed's index (:meth:`Signal.summarize_feed_index`) between signs, connects and
+    reconnects: at most one sign per commit, far fewer under load, and none inside a
+    writer's transaction (on PostgreSQL a transaction that notifies holds a database-wide
+    lock through its commit, which would serialise every writer). A sign that cannot be
+    sent is retried with a back-off on a new connection; readers meanwhile find the commits
+    by their own polling.
 
     Args:
         signal: the backend's signal.
         name: the thread's name.
-        linger: how long the idle thread waits for the next mark before it ends.
+        thread_idle_timeout: how long the idle thread waits for the next mark before it ends.
         flush_timeout: how long :meth:`close` waits for the signs still due.
     """
 
-    def __init__(self, signal: Signal, *, name: str, linger: float = 0.5, flush_timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        signal: Signal,
+        *,
+        name: str,
+        thread_idle_timeout: float = 0.5,
+        flush_timeout: float = 5.0,
+    ) -> None:
         self._signal = signal
         self._name = name
-        self._linger = linger
+        self._thread_idle_timeout = thread_idle_timeout
         self._flush_timeout = flush_timeout
         self._cond = threading.Condition()
         self._dirty = False  # a commit no sign in flight or sent covers
@@ -378,17 +387,17 @@ class Notifier:
 
     def _run(self) -> None:
         backoff = 0.05
-        tidied = True  # no sign since the last upkeep
+        summarized = True  # no sign since the index was last summarized
         while True:
             final = False
             with self._cond:
                 if not (self._dirty or self._inflight or self._closed):
-                    self._cond.wait(self._linger)
+                    self._cond.wait(self._thread_idle_timeout)
                 if not (self._dirty or self._inflight):
-                    if tidied or self._closed or self._handle is None:
+                    if summarized or self._closed or self._handle is None:
                         self._stopped()
                         return
-                    # Quiet for a while: the upkeep a burst of commits left, then stop. The
+                    # Quiet for a while: summarize what a burst of commits left, then stop. The
                     # connection is reserved as for a sign, so no writer starts one meanwhile.
                     final = self._inflight = True
                 handle = self._handle
@@ -404,8 +413,8 @@ class Notifier:
                 while inflight and not final and not self._signal.finish(handle, 1.0):
                     pass
                 if inflight:  # still marked in flight: no writer starts a sign meanwhile
-                    self._signal.tidy(handle, final=final)
-                    tidied = final
+                    self._signal.summarize_feed_index(handle, final=final)
+                    summarized = final
                 with self._cond:
                     self._inflight = False
                 backoff = 0.05

@@ -1,29 +1,13 @@
-"""Export and import: a session as lossless JSON Lines, and back, verbatim.
+"""Import: an export file read, its hash chain and turns checked, and written back verbatim.
 
-Every function takes an :class:`~eventstore.engine.engine.Engine`. The file format (header,
-session lines, event lines) is described in ``docs/format.md``, section "Export files".
-
-Export format (JSON Lines, UTF-8), one object per line::
-
-    {"format": "eventstore-export", "format_version": 1, "session": "s1-alt",
-     "sessions": ["s1", "s1-alt"]}                                  # header
-    {"kind": "session", "id": "s1", "parent": null, ...}            # each session of the
-    {"kind": "event", "session": "s1", "version": 1, ...}           # lineage, root first,
-    ...                                                             # then its own events
-    {"kind": "session", "id": "s1-alt", "parent": "s1", "fork_version": 3, ...}
-    {"kind": "event", "session": "s1-alt", "version": 4, ...}
-
-A branch's file carries every session it descends from, so it can be imported into an
-empty database. Timestamps are integers (microseconds since the epoch, UTC) next to an
-ISO 8601 copy; hashes are hex. Import recomputes each event's hash from its content
-and the previous hash and refuses the whole file on the first mismatch.
+The file format is :mod:`eventstore.features.exporting`'s (and ``docs/format.md``, section
+"Export files"). A session that exists already is left alone, extended, or restored from
+its archive (the events a compaction removed), as :func:`import_` says.
 """
 
 from __future__ import annotations
 
-import functools
-import os
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import IO, Any
 
@@ -31,41 +15,20 @@ import orjson
 
 from eventstore.core.appends import snapshot_boundaries
 from eventstore.core.catalogue import check_metadata, check_title
-from eventstore.core.codec import canonical, recorded_hash, state_digest
+from eventstore.core.chain import ChainWalk
+from eventstore.core.codec import canonical, state_digest
 from eventstore.core.ids import check_new_session_id
 from eventstore.core.models import check_json, parse_action
-from eventstore.core.records import to_datetime
 from eventstore.core.reducer import fold_json
 from eventstore.core.rewinds import is_kept_line, kept_reason
 from eventstore.core.rows import ZERO_HASH, CompactionRow, EventRow, NewSession, RewindRow, SessionRow
-from eventstore.core.text import iso
+from eventstore.engine import catalogue as catalogue_rows
 from eventstore.engine.engine import Engine
 from eventstore.errors import CompactedError, InvalidEvent, SessionExists
-from eventstore.engine import catalogue as catalogue_rows
 from eventstore.features.audit import check_reason
-from eventstore.features.files import text_out
+from eventstore.features.exporting import EXPORT_FORMAT, EXPORT_FORMAT_VERSION, JSON, Progress
 
-__all__ = ["EXPORT_FORMAT", "EXPORT_FORMAT_VERSION", "ImportResult", "export", "import_"]
-
-EXPORT_FORMAT = "eventstore-export"
-EXPORT_FORMAT_VERSION = 1
-
-JSON = dict[str, Any]
-Progress = Callable[[int, int], None]
-
-
-@functools.lru_cache(maxsize=1024)
-def _iso(micros: int) -> str:
-    # Cached: a batch's events share one timestamp, so most calls are repeats.
-    return iso(to_datetime(micros))
-
-
-def _fork_point(engine: Engine, tx: Any, row: SessionRow) -> tuple[bytes, int]:
-    """The hash and turn a branch's first own event chains from (zero for a root)."""
-    if row.parent_pk is None or not row.fork_version:
-        return ZERO_HASH, 0
-    parent = engine.storage.get_session_by_pk(tx, row.parent_pk)
-    return engine.hash_turn_at(tx, parent, row.fork_version)
+__all__ = ["ImportResult", "import_"]
 
 
 def _hash_at(engine: Engine, tx: Any, row: SessionRow, version: int) -> bytes | None:
@@ -74,228 +37,6 @@ def _hash_at(engine: Engine, tx: Any, row: SessionRow, version: int) -> bytes | 
         return engine.hash_turn_at(tx, row, version)[0]
     except CompactedError:
         return None
-
-
-def _own_records(storage: Any, tx: Any, row: SessionRow) -> list[CompactionRow]:
-    return storage.list_compactions(tx, row.pk) if row.baseline > (row.fork_version or 0) else []
-
-
-def _record_json(storage: Any, tx: Any, row: SessionRow) -> JSON | None:
-    """The compaction record of a session's own baseline, as an export carries it: it
-    binds the exported ``baseline_state`` (by its digest) to the chain."""
-    for rec in _own_records(storage, tx, row):
-        if rec.upto == row.baseline:
-            return {
-                "upto": rec.upto,
-                "baseline_hash": rec.baseline_hash.hex(),
-                "baseline_turn": rec.baseline_turn,
-                "state_digest": rec.state_digest.hex(),
-                "compacted_at": rec.compacted_at,
-                "actor": rec.actor,
-            }
-    return None
-
-
-def _exportable(storage: Any, tx: Any, row: SessionRow, evs: list[EventRow]) -> list[EventRow]:
-    """The events to export: below the baseline only those a compaction recorded (kept
-    for branches); a row forged there is never carried into another database."""
-    recs = _own_records(storage, tx, row)
-    if not recs:
-        return evs
-    return [e for e in evs if e.version > row.baseline or any(r.hash_at(e.version) == e.hash for r in recs)]
-
-
-def export(
-    engine: Engine,
-    session: Any,
-    out: str | os.PathLike[str] | IO[str],
-    *,
-    progress: Progress | None = None,
-) -> int:
-    """Write a session (and the sessions it descends from) as JSON Lines.
-
-    Args:
-        engine: the engine.
-        session: the session to export.
-        out: a text file object, or a path (written to ``PATH.part`` and renamed when
-            complete, so a crash never leaves a truncated export under the name).
-        progress: called as ``progress(events_written, total_events)``.
-
-    Returns:
-        The number of event lines written.
-
-    Raises:
-        InvalidEvent: an argument is malformed.
-        SessionNotFound: no such session.
-    """
-    engine.validate.progress(progress)
-    storage = engine.storage
-    with storage.read() as tx:
-        row = engine.row(tx, session)
-        chain, rewinds = _family(engine, tx, row)
-        kept_from = {rec.kept_pk: rec.session_id for rec in rewinds}
-        by_pk = {r.pk: r for r in chain}
-        catalogue = catalogue_rows.rows_by_pk(tx, list(by_pk))
-        changes = catalogue_rows.info_records(tx, list(by_pk))
-        blocks: list[tuple[JSON, list[EventRow]]] = []
-        for r in chain:
-            fork_hash, fork_turn = _fork_point(engine, tx, r)
-            parent = storage.get_session_by_pk(tx, r.parent_pk).id if r.parent_pk else None
-            evs = _exportable(storage, tx, r, storage.read_events(tx, r.pk, after=r.fork_version or 0, upto=r.head))
-            head: JSON = {
-                "kind": "session",
-                "id": r.id,
-                "parent": parent,
-                "fork_version": r.fork_version,
-                "fork_hash": fork_hash.hex(),
-                "fork_turn": fork_turn,
-                "head": r.head,
-                "head_hash": r.head_hash.hex(),
-                "head_turn": r.head_turn,
-                "baseline": r.baseline,
-                "baseline_hash": r.baseline_hash.hex() if r.baseline_hash else None,
-                "baseline_turn": r.baseline_turn,
-                "baseline_state": None,
-                "baseline_record": _record_json(storage, tx, r),
-                "created_at": r.created_at,
-                "created_at_iso": _iso(r.created_at),
-                "events": len(evs),
-                "info": _info_json(catalogue.get(r.pk)),
-                "info_changes": [
-                    {"changed_at": at, "changed_at_iso": _iso(at), "actor": actor, "changes": orjson.Fragment(c)}
-                    for pk, at, actor, c in changes
-                    if pk == r.pk
-                ],
-            }
-            if r.pk in kept_from:
-                # A kept line's events were appended to the id it was rewound away from:
-                # that id is in their hashes.
-                head["appended_to"] = kept_from[r.pk]
-            blocks.append((head, evs))
-        lines = [
-            {
-                "session": rec.session_id,
-                "kept": rec.kept_id,
-                "made": by_pk[rec.new_pk].id,
-                "from_head": rec.from_head,
-                "from_hash": rec.from_hash.hex(),
-                "to_version": rec.to_version,
-                "rewound_at": rec.rewound_at,
-                "rewound_at_iso": _iso(rec.rewound_at),
-                "actor": rec.actor,
-                "reason": rec.reason,
-            }
-            for rec in rewinds
-        ]
-    for r, (head, _) in zip(chain, blocks):
-        if r.baseline:
-            head["baseline_state"] = engine.load(r.id, r.baseline)
-    total = sum(len(evs) for _, evs in blocks)
-    with text_out(out) as fh:
-        return _write(fh, session, chain, blocks, total, progress, lines)
-
-
-def _family(engine: Engine, tx: Any, row: SessionRow) -> tuple[list[SessionRow], list[RewindRow]]:
-    """The rows an export of ``row`` carries, parents first, and the rewinds among them.
-
-    The session's lineage, and for every rewind of the session's id, and every rewind that
-    kept or made one of the rows carried, both of its rows with their lineages: a kept
-    line cannot be imported without the rewind that names it, nor that rewind without
-    the row it made. Rows are ordered by pk (a parent is always older than its branch).
-    """
-    st = engine.storage
-    chosen = {r.pk: r for r in engine.lineage(tx, row)}
-    found: dict[int, RewindRow] = {}
-    pending = st.list_rewinds(tx, session_id=row.id)
-    while True:
-        pending += st.list_rewinds(tx, pks=list(chosen))
-        grew = False
-        for rec in pending:
-            if rec.seq in found:
-                continue
-            found[rec.seq] = rec
-            for pk in (rec.kept_pk, rec.new_pk):
-                other = chosen.get(pk) or st.get_session_by_pk(tx, pk)
-                if other is not None and pk not in chosen:
-                    chosen.update((r.pk, r) for r in engine.lineage(tx, other))
-                    grew = True
-        pending = []
-        if not grew:
-            break
-    rows = sorted(chosen.values(), key=lambda r: r.pk)
-    kept = [rec for _, rec in sorted(found.items()) if rec.kept_pk in chosen and rec.new_pk in chosen]
-    return rows, kept
-
-
-def _info_json(row: Any) -> JSON:
-    """A session's catalogue fields set by ``set_info`` (``None`` when unset)."""
-    if row is None:
-        return {"title": None, "owner": None, "metadata": None}
-    meta = None if row.metadata is None else orjson.Fragment(row.metadata)
-    return {"title": row.title, "owner": row.owner, "metadata": meta}
-
-
-def _write(
-    out: IO[str],
-    session: str,
-    chain: list[SessionRow],
-    blocks: list[tuple[JSON, list[EventRow]]],
-    total: int,
-    progress: Progress | None,
-    rewinds: list[JSON],
-) -> int:
-    def dumps(obj: Any) -> bytes:
-        # Sorted keys: the same session exports to the same bytes from any backend.
-        return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
-
-    out.write(
-        dumps(
-            {
-                "format": EXPORT_FORMAT,
-                "format_version": EXPORT_FORMAT_VERSION,
-                "session": session,
-                "sessions": [r.id for r in chain],
-                "events": total,
-                "rewinds": rewinds,
-            }
-        ).decode()
-        + "\n"
-    )
-    written = 0
-    for r, (head, evs) in zip(chain, blocks):
-        out.write(dumps(head).decode() + "\n")
-        lines = []
-        for e in evs:
-            doc: JSON = {
-                "kind": "event",
-                "session": r.id,
-                "version": e.version,
-                "event_id": e.event_id,
-                "type": e.type,
-                "turn": e.turn,
-                "action": orjson.Fragment(e.payload),
-                "recorded_at": e.recorded_at,
-                "recorded_at_iso": _iso(e.recorded_at),
-                "actor": e.actor,
-                "metadata": orjson.Fragment(e.metadata) if e.metadata is not None else None,
-                "hash": e.hash.hex(),
-            }
-            if e.native is not None:
-                # A JSON string holding the exact text: the bytes come back as they were
-                # (a parsed copy could differ in spacing, key order or number spelling).
-                doc["native"] = e.native.decode()
-            lines.append(dumps(doc).decode())
-            written += 1
-            if len(lines) >= 1000:
-                out.write("\n".join(lines) + "\n")
-                lines = []
-                if progress is not None:
-                    progress(written, total)
-        if lines:
-            out.write("\n".join(lines) + "\n")
-    if progress is not None:
-        progress(written, total)
-    return written
 
 
 @dataclass(frozen=True)
@@ -462,8 +203,8 @@ class _Lines:
 
 
 class _ChainCheck:
-    """A block's hash chain and turns, recomputed event by event; raises on the first
-    mismatch."""
+    """A block's hash chain and turns, recomputed event by event (the rule of
+    :mod:`eventstore.core.chain`); raises on the first mismatch."""
 
     def __init__(self, meta: JSON, line: int, name: str | None = None) -> None:
         self.meta, self.line = meta, line
@@ -476,36 +217,37 @@ class _ChainCheck:
         )
         if self.baseline and self.baseline_hash is None:
             raise _bad(line, f"session {self.sid!r} has a baseline but no baseline_hash", "baseline_hash")
-        self.prev_v = meta.get("fork_version") or 0
-        self.prev_hash = _hex(meta.get("fork_hash"), line, "fork_hash")
-        self.prev_turn = meta["fork_turn"]
+        self.chain = ChainWalk(
+            meta.get("fork_version") or 0, _hex(meta.get("fork_hash"), line, "fork_hash"), meta["fork_turn"]
+        )
 
     def add(self, e: EventRow) -> None:
-        sid, line = self.sid, self.line
-        if e.version <= self.prev_v:
+        sid, line, chain = self.sid, self.line, self.chain
+        if e.version <= chain.version:
             raise _bad(line, f"session {sid!r}: version {e.version} out of order", "version")
-        if e.version != self.prev_v + 1:
+        if e.version != chain.version + 1:
             # The only gap allowed: events compacted away below the baseline.
-            if self.baseline_hash is None or e.version != self.baseline + 1 or self.prev_v >= self.baseline:
-                raise _bad(line, f"session {sid!r}: version {self.prev_v + 1} is missing", "version")
-            self.prev_hash, self.prev_turn = self.baseline_hash, self.meta["baseline_turn"]
-        elif self.baseline_hash is not None and e.version == self.baseline + 1 and self.prev_hash != self.baseline_hash:
+            if self.baseline_hash is None or e.version != self.baseline + 1 or chain.version >= self.baseline:
+                raise _bad(line, f"session {sid!r}: version {chain.version + 1} is missing", "version")
+            chain.jump(self.baseline, self.baseline_hash, self.meta["baseline_turn"])
+        elif self.baseline_hash is not None and e.version == self.baseline + 1 and chain.hash != self.baseline_hash:
             raise _bad(line, f"session {sid!r}: baseline hash does not match its events", "baseline_hash")
-        expected_turn = self.prev_turn + (1 if e.type == "send" else 0)
-        if e.turn != expected_turn:
-            raise _bad(line, f"session {sid!r}: event {e.version} has turn {e.turn}, expected {expected_turn}", "turn")
-        if recorded_hash(self.prev_hash, self.name, e) != e.hash:
+        link = chain.step(self.name, e)
+        if not link.turn_ok:
+            raise _bad(
+                line, f"session {sid!r}: event {e.version} has turn {e.turn}, expected {link.expected_turn}", "turn"
+            )
+        if not link.hash_ok:
             raise _bad(
                 line,
                 f"session {sid!r}: event {e.version} does not match its hash "
                 "(the file was modified or damaged); nothing was imported",
                 "hash",
             )
-        self.prev_v, self.prev_hash, self.prev_turn = e.version, e.hash, e.turn
 
     def finish(self) -> None:
         m = self.meta
-        prev_v, prev_hash, prev_turn = self.prev_v, self.prev_hash, self.prev_turn
+        prev_v, prev_hash, prev_turn = self.chain.version, self.chain.hash, self.chain.turn
         if prev_v < self.baseline:
             prev_v, prev_hash, prev_turn = self.baseline, self.baseline_hash or prev_hash, m["baseline_turn"]
         if prev_v != m["head"] or prev_hash != _hex(m["head_hash"], self.line, "head_hash") or prev_turn != m["head_turn"]:
@@ -575,7 +317,7 @@ def import_(
     *,
     progress: Progress | None = None,
 ) -> list[ImportResult]:
-    """Recreate sessions from an :func:`export` file, verbatim and atomically.
+    """Recreate sessions from an :func:`~eventstore.features.exporting.export` file, verbatim and atomically.
 
     Every event keeps its id, version, timestamp, actor, metadata and hash, and is checked
     with the rules an append applies (ids, actors, sizes, metadata). The file is read line

@@ -1,0 +1,350 @@
+"""The engine's steps inside a caller's transaction: rows, lineage, states, locked writes.
+
+:class:`TransactionSteps` is the half of :class:`~eventstore.engine.engine.Engine` whose
+methods take an open transaction (``tx``) and never open one: the engine's own operations
+compose them, and so do the feature modules (import, verify, audit, rewind), which run
+several of them in one transaction. Nothing here commits; every write waits for the
+caller's ``with storage.write()`` to end.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from eventstore.core.appends import (
+    State,
+    baselines,
+    event_rows,
+    fold_tail,
+    known_hash_turn,
+    missing_blob,
+    segments,
+)
+from eventstore.core.catalogue import absolute_effect, catalogue_fields, state_catalogue
+from eventstore.core.catalogue import effect as catalogue_effect
+from eventstore.core.codec import decode_many
+from eventstore.core.ids import check_new_session_id
+from eventstore.core.records import SessionInfo, to_datetime
+from eventstore.core.reducer import REDUCER_VERSION, fold_json
+from eventstore.core.rewinds import Rewinds
+from eventstore.core.rows import (
+    CompactionRow,
+    EventRow,
+    NewSession,
+    SessionControl,
+    SessionRow,
+    SnapshotRow,
+)
+from eventstore.core.turn_rules import session_info
+from eventstore.core.validation import Validator
+from eventstore.engine.planner import AppendPlan, AppendPlanner
+from eventstore.errors import (
+    CompactedError,
+    ConcurrencyError,
+    SessionClosed,
+    SessionErased,
+    SessionNotFound,
+)
+from eventstore.storage import Storage
+from eventstore.storage import catalogue as catalogue_rows
+from eventstore.storage.interface import Tx
+
+__all__ = ["TransactionSteps", "now_micros"]
+
+
+def now_micros() -> int:
+    """Microseconds since the Unix epoch, now (the one clock of the engine)."""
+    return time.time_ns() // 1000
+
+
+class TransactionSteps:
+    """The engine's steps over an open transaction (see the module docstring).
+
+    Attributes:
+        storage: the database (rows of ids, integers and bytes).
+        validate: the argument validator every entry point uses.
+        planner: snapshot planning and the per-process caches.
+    """
+
+    storage: Storage
+    validate: Validator
+    planner: AppendPlanner
+
+    # -- rows and lineage -----------------------------------------------------------------
+
+    def row(self, tx: Tx, session: Any) -> SessionRow:
+        """The row of a session (its id validated first).
+
+        Raises:
+            InvalidEvent: the id is not valid.
+            SessionNotFound: there is no such session.
+        """
+        self.validate.id(session, "session")
+        row = self.storage.get_session(tx, session)
+        if row is None:
+            raise self.missing(tx, session)
+        return row
+
+    def missing(self, tx: Tx, session: str) -> SessionNotFound | SessionErased:
+        """The error for a session id with no row: :class:`SessionErased` when a tombstone
+        says it was erased, else :class:`SessionNotFound`."""
+        mark = self.storage.get_tombstone(tx, session)
+        if mark is None:
+            return SessionNotFound(session)
+        return SessionErased(session, erased_at=mark.erased_at, actor=mark.actor, reason=mark.reason)
+
+    def insert_new_session(self, tx: Tx, new: NewSession) -> SessionRow | None:
+        """Insert a session row; ``None`` when the id is taken.
+
+        Raises:
+            SessionErased: the id belonged to an erased session (ids are never reused, so a
+                tombstone always names one session's history).
+        """
+        if self.storage.get_tombstone(tx, new.id) is not None:
+            raise self.missing(tx, new.id)
+        return self.storage.insert_session(tx, new)
+
+    def lineage(self, tx: Tx, row: SessionRow) -> list[SessionRow]:
+        """``row`` and the sessions it descends from, root first."""
+        chain = [row]
+        while chain[-1].parent_pk is not None:
+            chain.append(self.storage.get_session_by_pk(tx, chain[-1].parent_pk))
+        chain.reverse()
+        return chain
+
+    def hash_turn_at(self, tx: Tx, row: SessionRow, version: int) -> tuple[bytes, int]:
+        """The chain hash and turn number at a version of a session's lineage.
+
+        Raises:
+            CompactedError: the event at that version is gone.
+        """
+        known = known_hash_turn(row, version)
+        if known is not None:
+            return known
+        lineage = self.lineage(tx, row)
+        for seg in segments(lineage, version):
+            if seg.after < version <= seg.upto:
+                e = self.storage.event_at(tx, seg.session_pk, version)
+                if e is not None:
+                    return e.hash, e.turn
+                owner = next(r for r in lineage if r.pk == seg.session_pk)
+                if owner.baseline == version and owner.baseline_hash is not None:
+                    return owner.baseline_hash, owner.baseline_turn
+        raise CompactedError(row.id, version, row.baseline, row.head)
+
+    def event_names(self, tx: Tx, lineage: Sequence[SessionRow]) -> dict[int, str]:
+        """The id each row of a lineage reports its events under: the id of the session
+        they were appended to (a kept line's events: the id that was rewound)."""
+        names = {r.pk: r.id for r in lineage}
+        return Rewinds(self.storage.list_rewinds(tx, pks=names.keys())).event_names(names)
+
+    # -- states ---------------------------------------------------------------------------
+
+    def state_at(self, tx: Tx, row: SessionRow, version: int) -> State:
+        """The state dict after ``version`` (already checked against ``row``)."""
+        if version == 0:
+            return fold_json(None, ())
+        st = self.storage
+        lineage = self.lineage(tx, row) if row.parent_pk is not None else [row]
+        segs = segments(lineage, version)
+        snap = st.latest_snapshot(tx, segs, REDUCER_VERSION, baselines(lineage, version))
+        base = 0
+        state: State | None = None
+        if snap is not None:
+            base = snap.version
+            state = self.decode_snapshot(tx, snap)
+        payloads: list[bytes] = []
+        for seg in segs:
+            if seg.upto > base:
+                payloads += st.read_payloads(tx, seg.session_pk, after=max(seg.after, base), upto=seg.upto)
+        return fold_tail(row.id, base, version, state, decode_many(payloads))
+
+    def decode_snapshot(self, tx: Tx, snap: SnapshotRow) -> State:
+        """The state a snapshot row stands for."""
+        ordered = self.storage.ordered_bodies(tx, snap.message_digests)
+        if None in ordered:
+            raise missing_blob(snap.version)
+        return self.planner.codec.decode(snap.rest, ordered)  # type: ignore[arg-type]
+
+    def put_snapshot(self, tx: Tx, pk: int, version: int, state: Mapping[str, Any], written: set[bytes]) -> None:
+        """Store ``state`` as the snapshot of session ``pk`` at ``version``; add the blobs
+        written to ``written``, so that later snapshots of the same transaction skip them."""
+        snap, fresh = self.planner.snapshot(pk, version, state)
+        fresh = {d: body for d, body in fresh.items() if d not in written}
+        self.storage.put_snapshot(tx, snap, fresh)
+        written.update(fresh)
+
+    # -- writes under the session's lock --------------------------------------------------
+
+    def lock_for_append(self, tx: Tx, session: str, expected: int | None = None) -> SessionRow:
+        """Lock a session's row for an append, creating the session if it is new.
+
+        Raises:
+            ConcurrencyError: the session is new and ``expected`` is neither ``None`` nor 0.
+        """
+        st = self.storage
+        row = st.lock_session(tx, session)
+        if row is None:
+            if expected not in (None, 0):
+                raise ConcurrencyError(session, expected, 0)
+            check_new_session_id(session)
+            row = self.insert_new_session(tx, NewSession(id=session, created_at=now_micros()))
+            if row is None:  # created concurrently: wait for its lock
+                row = st.lock_session(tx, session)
+                assert row is not None
+        return row
+
+    def check_open(self, tx: Tx, row: SessionRow) -> SessionControl:
+        """The session's control row, once it is known not to be closed.
+
+        Raises:
+            SessionClosed: the session was closed to writes.
+        """
+        control = self.storage.get_control(tx, row.pk)
+        if control.closed_at is not None:
+            raise SessionClosed(row.id, control.closed_reason)
+        return control
+
+    def write_locked(
+        self,
+        tx: Tx,
+        row: SessionRow,
+        action_dicts: list[dict[str, Any]],
+        encoded: list[tuple[str, bytes]],
+        ids: Sequence[str] | None,
+        actor: str | None,
+        meta: bytes | None,
+        now: int,
+        natives: Sequence[bytes | None] | None = None,
+    ) -> tuple[list[EventRow], bytes, int, AppendPlan]:
+        """Write a batch after the head of a locked row: events, head, due snapshots.
+
+        Returns:
+            ``(rows, new head hash, new head turn, plan)``; after the commit, pass the
+            new head row and the plan to ``planner.committed``.
+        """
+        st = self.storage
+        planner = self.planner
+        rows, prev, turn = event_rows(row, row.id, encoded, ids, actor, meta, now, natives)
+        head = rows[-1].version
+        st.insert_events(tx, rows)
+        st.set_head(tx, row.pk, head, prev, turn)
+        catalogue_rows.apply_effect(tx, row.pk, catalogue_effect(action_dicts, now))
+        plan = planner.plan(row, action_dicts, head)
+        if plan is None:
+            # Re-read the row: a compaction elsewhere may have moved its baseline.
+            fresh = st.get_session(tx, row.id) or row
+            plan = planner.plan(row, action_dicts, head, self.state_at(tx, fresh, row.head))
+            assert plan is not None
+        for snap in plan.snapshots:
+            st.put_snapshot(tx, snap, plan.blobs if snap is plan.snapshots[0] else {})
+        return rows, prev, turn, plan
+
+    # -- catalogue columns and listings ---------------------------------------------------
+
+    def catalogue_at(self, tx: Tx, row: SessionRow, version: int) -> dict[str, Any]:
+        """The catalogue's ``status`` and ``first_text`` of a session at a version (for a
+        row that starts there: a branch, a rewound head)."""
+        if version == row.head:
+            own = catalogue_rows.rows_by_pk(tx, [row.pk]).get(row.pk)
+            if own is not None:
+                return {"status": own.status, "first_text": own.first_text}
+        status, first_text = state_catalogue(self.state_at(tx, row, version))
+        return {"status": status, "first_text": first_text}
+
+    def refresh_catalogue(self, tx: Tx, pk: int) -> None:
+        """Set a session's catalogue columns from its state at its head (after a write that
+        moved the head without knowing the batch: an import)."""
+        row = self.storage.get_session_by_pk(tx, pk)
+        status, first_text = state_catalogue(self.state_at(tx, row, row.head))
+        updated = row.created_at
+        if row.head > (row.fork_version or 0):
+            ev = self.storage.event_at(tx, row.pk, row.head)
+            if ev is not None:
+                updated = ev.recorded_at
+        catalogue_rows.apply_effect(tx, pk, absolute_effect(status, first_text, updated))
+
+    def carry_catalogue(self, tx: Tx, from_pk: int, to_pk: int, updated_at: int) -> None:
+        """The session id moved from row ``from_pk`` to ``to_pk`` (a rewind): the new row keeps
+        the conversation's title, owner and metadata, and its last activity is ``updated_at``."""
+        catalogue_rows.carry_info(tx, from_pk, to_pk, updated_at)
+
+    def infos(
+        self,
+        tx: Tx,
+        rows: Sequence[SessionRow],
+        known: Mapping[int, SessionRow],
+        controls: Mapping[int, SessionControl],
+        rewinds: Rewinds,
+    ) -> list[SessionInfo]:
+        """The :class:`SessionInfo` of each row (``known``: rows by pk, for naming parents;
+        a rewind's rows are reported as :class:`eventstore.core.rewinds.Rewinds` says),
+        with its catalogue fields."""
+        catalogue = catalogue_rows.rows_by_pk(tx, [r.pk for r in rows])
+        out = []
+        for r in rows:
+            parent, fork = rewinds.parent(r, known)
+            out.append(
+                session_info(
+                    controls.get(r.pk),
+                    id=r.id,
+                    parent=parent,
+                    fork_version=fork,
+                    head=r.head,
+                    baseline=r.baseline,
+                    created_at=to_datetime(r.created_at),
+                    head_turn=r.head_turn,
+                    **catalogue_fields(catalogue.get(r.pk)),
+                )
+            )
+        return out
+
+    # -- branch and compaction rows -------------------------------------------------------
+
+    def fork_of(self, tx: Tx, row: SessionRow, fork: int, new_id: str, created_at: int) -> NewSession:
+        """The row of a branch of ``row`` at version ``fork`` (already checked)."""
+        h, turn = self.hash_turn_at(tx, row, fork)
+        return NewSession(
+            id=new_id,
+            created_at=created_at,
+            parent_pk=row.pk,
+            fork_version=fork,
+            head=fork,
+            head_hash=h,
+            head_turn=turn,
+            # What the parent compacted away is gone for the branch too.
+            baseline=row.baseline,
+            baseline_hash=row.baseline_hash,
+            baseline_turn=row.baseline_turn,
+            **self.catalogue_at(tx, row, fork),
+        )
+
+    def record_compaction(
+        self, tx: Tx, row: SessionRow, upto: int, h: bytes, turn: int, digest: bytes, actor: str | None
+    ) -> None:
+        """Write the compaction record of moving ``row``'s baseline to ``upto``.
+
+        A branch whose new baseline is at or below its fork point removes none of its own
+        events: its record keeps no hashes, only the baseline's hash, turn and state digest.
+        """
+        now = now_micros()
+        if upto > (row.fork_version or 0):
+            self.storage.record_compaction(tx, row.pk, upto=upto, state_digest=digest, compacted_at=now, actor=actor)
+            return
+        self.storage.insert_compaction(
+            tx,
+            CompactionRow(
+                session_pk=row.pk,
+                upto=upto,
+                previous_baseline=row.baseline,
+                baseline_hash=h,
+                baseline_turn=turn,
+                state_digest=digest,
+                first_version=upto + 1,
+                removed_hashes=b"",
+                compacted_at=now,
+                actor=actor,
+            ),
+        )
