@@ -322,10 +322,14 @@ class Notifier:
     """Sends a sign after commits on a connection of its own, coalescing them.
 
     A writer calls :meth:`mark` once its transaction has committed. When no sign is in
-    flight, the writer's thread sends one at once without waiting for the server (no hand-
-    over to another thread on the way: under load a woken thread waits for the interpreter
-    lock); otherwise the commit is noted and one more sign follows when the one in flight
-    is done. A thread of the notifier's own (started on demand, gone after ``linger``
+    flight and the last one started at least ``spacing`` seconds ago, the writer's thread
+    sends one at once without waiting for the server (no hand-over to another thread on
+    the way: under load a woken thread waits for the interpreter lock); otherwise the
+    commit is noted and one more sign follows when the one in flight is done and
+    ``spacing`` has passed. The spacing is what keeps a busy writer from paying a sign per
+    commit: each is a transaction of its own on the server and a wake-up of this thread,
+    together more than the append statement itself; a few milliseconds later is nothing
+    to a follower (who reads on at every sign, and finds every commit since). A thread of the notifier's own (started on demand, gone after ``linger``
     seconds without a mark) waits for each sign's result, runs the backend's upkeep
     (:meth:`Signal.tidy`) between signs, connects and reconnects: at most
     one sign per commit, far fewer under load, and none inside a writer's transaction (on
@@ -338,10 +342,21 @@ class Notifier:
         name: the thread's name.
         linger: how long the idle thread waits for the next mark before it ends.
         flush_timeout: how long :meth:`close` waits for the signs still due.
+        spacing: the least time between the starts of two signs (``close`` does not wait it).
     """
 
-    def __init__(self, signal: Signal, *, name: str, linger: float = 0.5, flush_timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        signal: Signal,
+        *,
+        name: str,
+        linger: float = 0.5,
+        flush_timeout: float = 5.0,
+        spacing: float = 0.005,
+    ) -> None:
         self._signal = signal
+        self._spacing = spacing
+        self._next_at = 0.0  # monotonic: no sign starts before it
         self._name = name
         self._linger = linger
         self._flush_timeout = flush_timeout
@@ -358,10 +373,18 @@ class Notifier:
         with self._cond:
             if self._closed:
                 return
-            if self._inflight or self._handle is None or not self._start():
+            was_dirty = self._dirty
+            if (
+                self._inflight
+                or self._handle is None
+                or time.monotonic() < self._next_at
+                or not self._start()
+            ):
                 self._dirty = True
             if self._running:
-                self._cond.notify()
+                # A commit already noted was told to the thread then: one wake-up per sign.
+                if not was_dirty:
+                    self._cond.notify()
                 return
             self._running = True
         threading.Thread(target=self._run, name=self._name, daemon=True).start()
@@ -374,6 +397,7 @@ class Notifier:
             self._drop()
             return False
         self._dirty, self._inflight = False, True
+        self._next_at = time.monotonic() + self._spacing
         return True
 
     def _run(self) -> None:
@@ -384,6 +408,11 @@ class Notifier:
             with self._cond:
                 if not (self._dirty or self._inflight or self._closed):
                     self._cond.wait(self._linger)
+                while self._dirty and not (self._inflight or self._closed):
+                    delay = self._next_at - time.monotonic()
+                    if delay <= 0:
+                        break
+                    self._cond.wait(delay)
                 if not (self._dirty or self._inflight):
                     if tidied or self._closed or self._handle is None:
                         self._stopped()
