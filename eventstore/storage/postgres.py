@@ -1313,7 +1313,7 @@ class PostgresStorage(SqlStorage):
 
     def _load_row(self, params: Mapping[str, Any], *, hot: bool) -> Any:
         """The one row of :data:`_LOAD` (or :data:`_LOAD_BY_KEY` when ``params`` name the
-        session's key), on the pooled psycopg connection itself."""
+        session's key), on a hot autocommit connection (see :meth:`_autocommit`)."""
         sql = _LOAD if params["pk"] is None else _LOAD_BY_KEY
         with self._autocommit(hot=hot) as cur:
             # Prepared at its first use on a connection, not the sixth: a cold load then
