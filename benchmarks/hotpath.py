@@ -270,7 +270,8 @@ def render(res: dict[str, Any], command: str) -> str:
         f"baselines ({base}) and this tree in turns, block by block; ratio = median over blocks of raw "
         "time ÷ the tree's time (quartiles beside it); client CPU = the writing process's CPU per "
         "event. Head load: a 17,000-event session; load ÷ `orjson.loads` of the head state's JSON, "
-        "the trees and the decode alternating; old version = median over random versions.",
+        "the trees and the decode alternating; old version = median over random versions. A slow "
+        "fsync raises every ratio toward 1; the client CPU column does not wait on the disk.",
         "",
         "| backend | writer | µs/event | ratio to raw (quartiles) | client CPU µs/event |",
         "|---|---|--:|--:|--:|",
