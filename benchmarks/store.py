@@ -21,6 +21,9 @@ after a warm-up.
 - bytes per event including snapshots and indexes (targets: ≤ 1.5× bare at T=200;
   T=200 ÷ T=10 ≤ 1.2);
 - the same storage/load figures for several ``snapshot_every`` values, to choose the default.
+
+The one-event append and the head load side by side with a git revision (the project as it
+was, run in the same run): ``python -m benchmarks hotpath``.
 """
 
 from __future__ import annotations
