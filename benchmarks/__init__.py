@@ -14,6 +14,7 @@ BENCHMARKS: list[str] = [
     # Add your module here (``benchmarks/<name>.py`` with ``main(argv)``) to run it in ``all``.
     "fold",
     "store",
+    "hotpath",  # one event per transaction and the head load, side by side with a git revision
     "audit",
     "compare",
     "timetravel",

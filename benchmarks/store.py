@@ -21,6 +21,9 @@ after a warm-up.
 - bytes per event including snapshots and indexes (targets: ≤ 1.5× bare at T=200;
   T=200 ÷ T=10 ≤ 1.2);
 - the same storage/load figures for several ``snapshot_every`` values, to choose the default.
+
+The one-event append and the head load side by side with a git revision (the project as it
+was, run in the same run): ``python -m benchmarks hotpath``.
 """
 
 from __future__ import annotations
@@ -629,9 +632,9 @@ def render(res: dict[str, Any], command: str) -> str:
         "is ≈ 44 µs per one-event append and ≈ 0.9 ms per 86-event turn (≈ 10 µs/event) of Python. On "
         "PostgreSQL an append is one round trip: the head check, the insert (scalar parameters for one "
         "event; arrays for a batch) and any due snapshot in one autocommit statement on "
-        "the pooled psycopg connection. The pool does not pre-ping that connection (an alive-bypass window: "
-        "it pings only one idle > 0.5 s, one whose socket shows the server closed it, or after a connection "
-        "failure; every other checkout keeps the pre-ping). On SQLite it is BEGIN IMMEDIATE, the checked "
+        "an autocommit psycopg connection kept for these statements outside the SQLAlchemy pool, not "
+        "pinged (an alive-bypass window: it pings only one idle > 0.5 s, one whose socket shows the server "
+        "closed it, or after a connection failure; every other checkout keeps the pre-ping). On SQLite it is BEGIN IMMEDIATE, the checked "
         "head move, one executemany, COMMIT on the pooled sqlite3 connection. Where the raw write is cheap "
         "(a fast fsync, SQLite), this fixed CPU cost decides the ratio; where the fsync is slow, the ratios "
         "rise toward 1. The session head row written in the same commit is not where the time goes: at the "

@@ -89,3 +89,34 @@ def test_writers_without_expected_version(db_url: str) -> None:
     results = _run(db_url, ["blind"] * WORKERS, check=False)
     with EventStore(db_url) as store:
         _assert_log(store, "blind", [a for r in results for a in r])
+
+
+def test_more_threads_than_pool_size_append_and_load(pg_schema: str) -> None:
+    # PostgreSQL's one-statement appends and loads have pool_size connections of their own;
+    # the threads beyond them take the pooled path.
+    import threading
+
+    store = make_store(pg_schema, pool_size=1, max_overflow=8)
+    errors: list[BaseException] = []
+    start = threading.Barrier(6)
+
+    def writer(i: int) -> None:
+        try:
+            start.wait()
+            for n in range(40):
+                store.append(f"s{i}", [{"type": "send", "id": f"u-{n}", "text": "hi"}])
+                assert len(store.load(f"s{i}").to_json()["messages"]) == n + 1
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert not errors, errors
+        assert [store.head(f"s{i}") for i in range(6)] == [40] * 6
+        assert all(store.verify(f"s{i}").ok for i in range(6))
+    finally:
+        store.close()

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any
 
 import psycopg
 
-from conftest import make_store
+from conftest import make_store, wait_until
 from eventstore import AsyncEventStore, EventStore
 from eventstore.storage.postgres import feed_channel
 from eventstore.storage.watch import Notifier, Signal
@@ -64,6 +65,21 @@ def test_marks_made_while_a_sign_is_in_flight_are_coalesced_into_one() -> None:
     notifier.close()  # sends what is still due
     assert signal.started == 2
     notifier.mark()  # ignored once closed
+    assert signal.started == 2
+
+
+def test_commits_soon_after_a_sign_wait_for_the_spacing_and_share_one_sign() -> None:
+    signal = _Gated()
+    notifier = Notifier(signal, name="test-notify", spacing=0.3)
+    notifier.mark()
+    first = time.monotonic()
+    assert signal.started == 1  # sent at once, by the writer's own thread
+    for _ in range(50):
+        notifier.mark()  # a busy writer: its commits share the next sign
+    assert signal.started == 1
+    wait_until(lambda: signal.started == 2, "the sign of the commits after the first")
+    assert time.monotonic() - first >= 0.3
+    notifier.close()
     assert signal.started == 2
 
 

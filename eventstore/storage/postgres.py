@@ -546,6 +546,100 @@ class _NotifySignal(Signal):
             pass
 
 
+def _suspect(conn: Any, since: float, suspect_before: float, ping_after: float, ping: bool) -> bool:
+    """Whether an idle hot connection, checked in at ``since`` (monotonic), must be pinged
+    before use: asked to, checked in before a connection failed (``suspect_before``: the
+    server may have dropped them all), idle longer than ``ping_after``, or its socket has
+    input (EOF or a FATAL message) — the sync pool's checkout rule (see ``_on_checkout``)."""
+    return ping or since <= suspect_before or time.monotonic() - since > ping_after or _readable(conn)
+
+
+class _SyncHotConnections:
+    """The sync engine's autocommit connections for its one-statement appends and loads.
+
+    The same as :class:`_HotConnections` for threads: a statement on one costs its round
+    trip and nothing else — no SQLAlchemy checkout and checkin events, no autocommit
+    switched on and off, no reset on return (together about a quarter of a one-event
+    append's client CPU). Any thread may take one; at most ``size`` are open, and a caller
+    finding none idle then gets ``None`` and takes the pooled path instead of waiting.
+    """
+
+    def __init__(self, connect: Any, size: int, ping_after: float) -> None:
+        self._connect = connect
+        self._size = size
+        self._ping_after = ping_after
+        self._lock = threading.Lock()
+        self._idle: list[tuple[Any, float]] = []
+        self._open = 0
+        self._closed = False
+
+    def get(self, *, suspect_before: float, ping: bool) -> Any:
+        """A live connection, or ``None`` when ``size`` are in use (see
+        :meth:`_HotConnections.get` for the arguments).
+
+        Raises:
+            StorageError: the store was closed.
+        """
+        while True:
+            with self._lock:
+                if self._closed:
+                    raise StorageError("the store is closed", retryable=False)
+                if not self._idle:
+                    if self._open >= self._size:
+                        return None
+                    self._open += 1
+                    conn = None
+                else:
+                    conn, since = self._idle.pop()
+            if conn is None:
+                try:
+                    return self._connect()
+                except BaseException:
+                    with self._lock:
+                        self._open -= 1
+                    raise
+            if conn.closed or conn.broken:
+                self._discard(conn)
+                continue
+            if _suspect(conn, since, suspect_before, self._ping_after, ping):
+                try:
+                    conn.execute("")
+                except psycopg.Error:
+                    self._discard(conn)
+                    continue
+            return conn
+
+    def put(self, conn: Any, ok: bool) -> None:
+        """Return a connection; ``ok=False`` (a failed statement) drops it."""
+        with self._lock:
+            if (
+                ok
+                and not self._closed
+                and not (conn.closed or conn.broken)
+                and conn.info.transaction_status == _IDLE
+            ):
+                self._idle.append((conn, time.monotonic()))
+                return
+        self._discard(conn)
+
+    def _discard(self, conn: Any) -> None:
+        with self._lock:
+            self._open -= 1
+        try:
+            conn.close()
+        except psycopg.Error:
+            pass
+
+    def close(self) -> None:
+        """Close every idle connection (the rest close as they come back) and refuse
+        further use."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for conn, _ in idle:
+            self._discard(conn)
+
+
 class _HotConnections:
     """The async engine's autocommit connections for its one-statement appends and loads.
 
@@ -586,12 +680,7 @@ class _HotConnections:
                 if conn.closed or conn.broken:
                     self._open -= 1
                     continue
-                if (
-                    ping
-                    or since <= suspect_before
-                    or time.monotonic() - since > self._ping_after
-                    or _readable(conn)
-                ):
+                if _suspect(conn, since, suspect_before, self._ping_after, ping):
                     try:
                         await_(conn.execute(""))
                     except psycopg.Error:
@@ -759,21 +848,25 @@ class PostgresStorage(SqlStorage):
         # With use_asyncio the engine is the sync face of an asyncio engine over psycopg's
         # AsyncConnection: it is used inside a greenlet (see eventstore.async_store), and
         # every round trip awaits on the event loop.
-        self._hot_pool: _HotConnections | None = None
+        self._hot_pool: _HotConnections | _SyncHotConnections
         if use_asyncio:
             engine = create_async_engine(u, **options).sync_engine
-            cargs, cparams = engine.dialect.create_connect_args(engine.url)
+        else:
+            engine = create_engine(u, **options)
+        cargs, cparams = engine.dialect.create_connect_args(engine.url)
+        hot_params = {**cparams, **connect_args, "autocommit": True}
+        if use_asyncio:
             self._hot_pool = _HotConnections(
-                partial(
-                    psycopg.AsyncConnection.connect,
-                    *cargs,
-                    **{**cparams, **connect_args, "autocommit": True},
-                ),
+                partial(psycopg.AsyncConnection.connect, *cargs, **hot_params),
                 pool_size,
                 float(ping_after_idle_s),
             )
         else:
-            engine = create_engine(u, **options)
+            self._hot_pool = _SyncHotConnections(
+                partial(psycopg.Connection.connect, *cargs, **hot_params),
+                pool_size,
+                float(ping_after_idle_s),
+            )
         self._asyncio = use_asyncio
         # PgBouncer in transaction mode: no prepared statement at all, not even the load's.
         self._prepare_load = prepare_threshold is not None
@@ -964,16 +1057,20 @@ class PostgresStorage(SqlStorage):
 
     @contextmanager
     def _autocommit(self, *, hot: bool) -> Iterator[Any]:
-        """A psycopg cursor on the pooled connection itself, in autocommit, for one statement.
+        """A psycopg cursor in autocommit, for one statement.
 
         A single statement is atomic and sees one snapshot of the database: autocommit
-        spares the BEGIN and COMMIT round trips. No SQLAlchemy Connection is built around
-        it. ``hot``: check the connection out without the pre-ping (see :meth:`_on_checkout`).
+        spares the BEGIN and COMMIT round trips. It runs on a hot connection (see
+        :class:`_SyncHotConnections`), or, when every one is in use, on a pooled one with no
+        SQLAlchemy Connection built around it. ``hot``: take the connection without the
+        pre-ping (see :meth:`_on_checkout`).
         """
-        if self._hot_pool is not None:
-            with self._hot_cursor(self._hot_pool, ping=not hot) as cur:
+        conn = self._hot_pool.get(suspect_before=self._suspect_before, ping=not hot)
+        if conn is not None:
+            with self._hot_cursor(conn) as cur:
                 yield cur
             return
+        # Only the sync pool hands out none (more threads than pool_size): a pooled one.
         self._hot.active = hot
         try:
             fairy = self.engine.raw_connection()
@@ -981,14 +1078,13 @@ class PostgresStorage(SqlStorage):
             self._hot.active = False
         try:
             pg: Any = fairy.driver_connection
-            self._set_autocommit(pg, True)
+            pg.autocommit = True
             try:
-                # A psycopg cursor (binary=, %b, prepare=); an AsyncCursor awaited in place.
-                with pg.cursor() if not self._asyncio else _AwaitedCursor(pg.cursor()) as cur:
+                with pg.cursor() as cur:  # a psycopg cursor: binary=, %b, prepare=
                     yield cur
             finally:
                 if not (pg.closed or pg.broken):  # a broken one is replaced at checkout
-                    self._set_autocommit(pg, False)
+                    pg.autocommit = False
         except psycopg.OperationalError:
             # Drop the connection here: returned to the pool, it would be rolled back
             # first, and that fails on a dead socket with an ERROR log and a traceback.
@@ -1031,11 +1127,11 @@ class PostgresStorage(SqlStorage):
         return {"partitions": n}
 
     @contextmanager
-    def _hot_cursor(self, pool: _HotConnections, *, ping: bool) -> Iterator[Any]:
-        conn = pool.get(suspect_before=self._suspect_before, ping=ping)
+    def _hot_cursor(self, conn: Any) -> Iterator[Any]:
+        pool = self._hot_pool
         ok = False
         try:
-            with _AwaitedCursor(conn.cursor()) as cur:
+            with _AwaitedCursor(conn.cursor()) if self._asyncio else conn.cursor() as cur:
                 yield cur
             ok = True
         except psycopg.OperationalError:
@@ -1048,15 +1144,8 @@ class PostgresStorage(SqlStorage):
             pool.put(conn, ok)
 
     def close(self) -> None:
-        if self._hot_pool is not None:
-            self._hot_pool.close()
+        self._hot_pool.close()
         super().close()
-
-    def _set_autocommit(self, pg: Any, on: bool) -> None:
-        if self._asyncio:
-            await_(pg.set_autocommit(on))
-        else:
-            pg.autocommit = on
 
     def _lock_clause(self, stmt: Any) -> Any:
         return stmt.with_for_update()
@@ -1230,7 +1319,7 @@ class PostgresStorage(SqlStorage):
 
     def _load_row(self, params: Mapping[str, Any], *, hot: bool) -> Any:
         """The one row of :data:`_LOAD` (or :data:`_LOAD_BY_KEY` when ``params`` name the
-        session's key), on the pooled psycopg connection itself."""
+        session's key), on a hot autocommit connection (see :meth:`_autocommit`)."""
         sql = _LOAD if params["pk"] is None else _LOAD_BY_KEY
         with self._autocommit(hot=hot) as cur:
             # Prepared at its first use on a connection, not the sixth: a cold load then

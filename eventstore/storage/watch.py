@@ -323,23 +323,28 @@ class Notifier:
     """Sends a sign after commits on a connection of its own, coalescing them.
 
     A writer calls :meth:`mark` once its transaction has committed. When no sign is in
-    flight, the writer's thread sends one at once without waiting for the server (no hand-
-    over to another thread on the way: under load a woken thread waits for the interpreter
-    lock); otherwise the commit is noted and one more sign follows when the one in flight
-    is done. A thread of the notifier's own (started on demand, gone after
-    ``thread_idle_timeout`` seconds without a mark) waits for each sign's result, summarizes
-    the feed's index (:meth:`Signal.summarize_feed_index`) between signs, connects and
-    reconnects: at most one sign per commit, far fewer under load, and none inside a
-    writer's transaction (on PostgreSQL a transaction that notifies holds a database-wide
-    lock through its commit, which would serialise every writer). A sign that cannot be
-    sent is retried with a back-off on a new connection; readers meanwhile find the commits
-    by their own polling.
+    flight and the last one started at least ``spacing`` seconds ago, the writer's thread
+    sends one at once without waiting for the server (no hand-over to another thread on
+    the way: under load a woken thread waits for the interpreter lock); otherwise the
+    commit is noted and one more sign follows when the one in flight is done and
+    ``spacing`` has passed. The spacing is what keeps a busy writer from paying a sign per
+    commit: each is a transaction of its own on the server and a wake-up of this thread,
+    together more than the append statement itself; a few milliseconds later is nothing
+    to a follower (who reads on at every sign, and finds every commit since). A thread of the notifier's own (started on demand,
+    gone after ``thread_idle_timeout`` seconds without a mark) waits for each sign's result,
+    summarizes the feed's index (:meth:`Signal.summarize_feed_index`) between signs,
+    connects and reconnects: at most
+    one sign per commit, far fewer under load, and none inside a writer's transaction (on
+    PostgreSQL a transaction that notifies holds a database-wide lock through its commit,
+    which would serialise every writer). A sign that cannot be sent is retried with a
+    back-off on a new connection; readers meanwhile find the commits by their own polling.
 
     Args:
         signal: the backend's signal.
         name: the thread's name.
         thread_idle_timeout: how long the idle thread waits for the next mark before it ends.
         flush_timeout: how long :meth:`close` waits for the signs still due.
+        spacing: the least time between the starts of two signs (``close`` does not wait it).
     """
 
     def __init__(
@@ -349,8 +354,11 @@ class Notifier:
         name: str,
         thread_idle_timeout: float = 0.5,
         flush_timeout: float = 5.0,
+        spacing: float = 0.005,
     ) -> None:
         self._signal = signal
+        self._spacing = spacing
+        self._next_at = 0.0  # monotonic: no sign starts before it
         self._name = name
         self._thread_idle_timeout = thread_idle_timeout
         self._flush_timeout = flush_timeout
@@ -367,10 +375,18 @@ class Notifier:
         with self._cond:
             if self._closed:
                 return
-            if self._inflight or self._handle is None or not self._start():
+            was_dirty = self._dirty
+            if (
+                self._inflight
+                or self._handle is None
+                or time.monotonic() < self._next_at
+                or not self._start()
+            ):
                 self._dirty = True
             if self._running:
-                self._cond.notify()
+                # A commit already noted was told to the thread then: one wake-up per sign.
+                if not was_dirty:
+                    self._cond.notify()
                 return
             self._running = True
         threading.Thread(target=self._run, name=self._name, daemon=True).start()
@@ -383,6 +399,7 @@ class Notifier:
             self._drop()
             return False
         self._dirty, self._inflight = False, True
+        self._next_at = time.monotonic() + self._spacing
         return True
 
     def _run(self) -> None:
@@ -393,6 +410,11 @@ class Notifier:
             with self._cond:
                 if not (self._dirty or self._inflight or self._closed):
                     self._cond.wait(self._thread_idle_timeout)
+                while self._dirty and not (self._inflight or self._closed):
+                    delay = self._next_at - time.monotonic()
+                    if delay <= 0:
+                        break
+                    self._cond.wait(delay)
                 if not (self._dirty or self._inflight):
                     if summarized or self._closed or self._handle is None:
                         self._stopped()
