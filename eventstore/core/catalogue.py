@@ -48,6 +48,9 @@ __all__ = [
     "absolute_effect",
     "apply_effect",
     "state_catalogue",
+    "first_user_text",
+    "rest_status",
+    "catalogue_after",
     "catalogue_fields",
     "check_title",
     "check_metadata",
@@ -143,13 +146,36 @@ def apply_effect(
     )
 
 
-def state_catalogue(state: Mapping[str, Any]) -> tuple[str, str | None]:
-    """``(status, first user text cut)`` of a state dict."""
-    for m in state.get("messages", ()):
+def first_user_text(messages: Iterable[Mapping[str, Any]]) -> str | None:
+    """The first user message's first text, cut (``""`` for a user message without
+    text), or ``None`` when there is no user message. Reads only up to that message."""
+    for m in messages:
         if m.get("role") == "user":
             texts = [p.get("text", "") for p in m.get("parts", ()) if p.get("type") == "text"]
-            return str(state.get("status", "idle")), _title_text(texts[0] if texts else "")
-    return str(state.get("status", "idle")), None
+            return _title_text(texts[0] if texts else "")
+    return None
+
+
+def rest_status(rest: Mapping[str, Any]) -> str:
+    """The top-level status of a state dict, or of a snapshot's ``rest`` (the state
+    without its messages)."""
+    return str(rest.get("status", "idle"))
+
+
+def state_catalogue(state: Mapping[str, Any]) -> tuple[str, str | None]:
+    """``(status, first user text cut)`` of a state dict."""
+    return rest_status(state), first_user_text(state.get("messages", ()))
+
+
+def catalogue_after(
+    status: str, first_text: str | None, actions: Sequence[Mapping[str, Any]]
+) -> tuple[str, str | None]:
+    """``(status, first_text)`` after ``actions`` from a state whose columns were these:
+    the write path's rule (:func:`effect`, :func:`apply_effect`) run over events already
+    stored, so that a version's columns cost the events after the nearest snapshot, not a
+    fold of the whole state."""
+    new_status, new_text, _ = apply_effect(effect(actions, 0), status, first_text, 0)
+    return new_status, new_text
 
 
 def catalogue_fields(row: CatalogueRow | None) -> dict[str, Any]:
@@ -459,3 +485,4 @@ def _info_json(c: InfoChange, version: int) -> dict[str, Any]:
         "actor": c.actor,
         "changes": c.changes,
     }
+
