@@ -360,3 +360,48 @@ def test_a_send_with_nul_gets_a_title_the_database_can_hold(store: EventStore) -
     store.append("s1", [send(1, "a\x00b")])
     assert store.info("s1").title == "a\ufffdb"
     assert ids(store.list_sessions(query="a\ufffdb")) == ["s1"]
+
+
+@pytest.mark.parametrize("seed", [3, 11])
+def test_a_branch_or_rewind_gets_the_columns_a_fold_gives(
+    db_url: str, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Random sessions (resets and retries in them, snapshots every few versions): the
+    # columns of a branch or a rewound head at any version are the fold's at that version,
+    # and making them never folds the state (their cost must not grow with the session).
+    from eventstore.engine.engine import Engine as StoreEngine
+
+    rng = random.Random(seed)
+    actions = random_actions(rng, 120)
+    actions[0:0] = [{"type": "toolPhase", "name": "x", "state": "running"}, {"type": "retry"}]
+    for at in sorted(rng.sample(range(5, len(actions)), 4), reverse=True):
+        actions[at:at] = rng.choice([[{"type": "reset"}], [{"type": "reset"}, {"type": "retry"}]])
+    with make_store(db_url, snapshot_every=5) as store:
+        i = 0
+        while i < len(actions):
+            batch = actions[i : i + rng.randint(1, 4)]
+            store.append("s", batch)
+            i += len(batch)
+        store.branch("s", at=len(actions) - 3, new_id="mid")
+
+        def folded(state_at: Any, *args: Any) -> Any:
+            raise AssertionError("a branch or a rewind folded the state")
+
+        versions = sorted({0, 1, 2, len(actions) - 1, *rng.sample(range(len(actions)), 25)})
+        n = 0
+        for v in versions:
+            state = fold_json(None, actions[:v])
+            want = (state["status"], first_user_text(state))
+            with monkeypatch.context() as m:
+                m.setattr(StoreEngine, "state_at", folded)
+                b = store.branch("s", at=v, new_id=f"b{v}")
+                # A branch of a branch reads its lineage's snapshots and events.
+                bb = store.branch("mid", at=v, new_id=f"bb{v}") if v <= len(actions) - 3 else None
+                store.append(f"r{v}", actions[: min(len(actions), v + 7)])
+                store.rewind(f"r{v}", to=v)
+            for sid in (b, bb, f"r{v}"):
+                if sid is not None:
+                    info = store.info(sid)
+                    assert (info.status, info.title) == want, (sid, v)
+                    n += 1
+        assert n > 2 * len(versions)

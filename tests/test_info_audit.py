@@ -77,6 +77,38 @@ def test_verify_reports_every_recorded_info_change(store: EventStore) -> None:
     assert all(c.session != "other" for c in store.verify().info_changes)
 
 
+@pytest.mark.parametrize(
+    ("target", "column", "value"),
+    [
+        ("s1", "title", "'Forged'"),
+        ("s1", "owner", "NULL"),
+        ("s1~1", "metadata", "'{\"tenant\":\"evil\"}'"),
+        ("s1~1", "title", "NULL"),
+    ],
+)
+def test_verify_reports_info_columns_edited_behind_its_back(
+    store: EventStore, raw_engine: Any, target: str, column: str, value: str
+) -> None:
+    # After set_info calls, a rewind (which carries the info to the new row) and a
+    # set_info after it, the columns are what the records say: no finding.
+    kept = _conversation(store)
+    store.set_info(kept, metadata={"tenant": "old"}, actor="user:ada")
+    store.append("plain", [send(1)])
+    assert store.verify().ok
+    # Then the database owner edits one column directly.
+    from sqlalchemy import text
+
+    with raw_engine.begin() as conn:
+        conn.execute(text(f"UPDATE sessions SET {column} = {value} WHERE id = :id"), {"id": target})
+    for report in (store.verify(), store.verify(target)):
+        assert not report.ok
+        found = [(p.session, p.kind) for p in report.problems]
+        assert found == [(target, "info-edited")]
+        assert column in report.problems[0].message
+    other = "s1" if target == kept else kept
+    assert store.verify(other).ok and store.verify("plain").ok
+
+
 def test_the_report_shows_who_set_the_info_escaped(store: EventStore) -> None:
     _conversation(store)
     store.set_info("s1", title="\u202eevil", actor="user:\u200bada")

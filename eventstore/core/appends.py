@@ -58,6 +58,7 @@ __all__ = [
     "snapshot_boundaries",
     "state_from_parts",
     "fold_tail",
+    "check_tail",
     "recorded",
     "recorded_from_feed",
     "head_after",
@@ -291,12 +292,21 @@ def fold_tail(session: str, base: int, version: int, state: State | None, action
     Raises:
         StorageError: fewer events than ``version - base`` were found.
     """
-    if len(actions) != version - base:
+    check_tail(session, base, version, len(actions))
+    return fold_json(state, actions)
+
+
+def check_tail(session: str, base: int, version: int, found: int) -> None:
+    """Check that the events read after a snapshot at ``base`` up to ``version`` are all there.
+
+    Raises:
+        StorageError: ``found`` is not ``version - base``.
+    """
+    if found != version - base:
         raise StorageError(
             f"session {session!r}: events {base + 1}..{version} are incomplete "
-            f"({len(actions)} of {version - base} found); run `eventstore verify`"
+            f"({found} of {version - base} found); run `eventstore verify`"
         )
-    return fold_json(state, actions)
 
 
 def missing_blob(version: int) -> StorageError:

@@ -45,11 +45,16 @@ __all__ = [
     "Listing",
     "InfoChange",
     "name_info_changes",
+    "info_record_of",
+    "info_drift",
     "interleave_info",
     "effect",
     "absolute_effect",
     "apply_effect",
     "state_catalogue",
+    "first_user_text",
+    "rest_status",
+    "catalogue_after",
     "catalogue_fields",
     "check_title",
     "check_metadata",
@@ -145,13 +150,36 @@ def apply_effect(
     )
 
 
-def state_catalogue(state: Mapping[str, Any]) -> tuple[str, str | None]:
-    """``(status, first user text cut)`` of a state dict."""
-    for m in state.get("messages", ()):
+def first_user_text(messages: Iterable[Mapping[str, Any]]) -> str | None:
+    """The first user message's first text, cut (``""`` for a user message without
+    text), or ``None`` when there is no user message. Reads only up to that message."""
+    for m in messages:
         if m.get("role") == "user":
             texts = [p.get("text", "") for p in m.get("parts", ()) if p.get("type") == "text"]
-            return str(state.get("status", "idle")), _title_text(texts[0] if texts else "")
-    return str(state.get("status", "idle")), None
+            return _title_text(texts[0] if texts else "")
+    return None
+
+
+def rest_status(rest: Mapping[str, Any]) -> str:
+    """The top-level status of a state dict, or of a snapshot's ``rest`` (the state
+    without its messages)."""
+    return str(rest.get("status", "idle"))
+
+
+def state_catalogue(state: Mapping[str, Any]) -> tuple[str, str | None]:
+    """``(status, first user text cut)`` of a state dict."""
+    return rest_status(state), first_user_text(state.get("messages", ()))
+
+
+def catalogue_after(
+    status: str, first_text: str | None, actions: Sequence[Mapping[str, Any]]
+) -> tuple[str, str | None]:
+    """``(status, first_text)`` after ``actions`` from a state whose columns were these:
+    the write path's rule (:func:`effect`, :func:`apply_effect`) run over events already
+    stored, so that a version's columns cost the events after the nearest snapshot, not a
+    fold of the whole state."""
+    new_status, new_text, _ = apply_effect(effect(actions, 0), status, first_text, 0)
+    return new_status, new_text
 
 
 def catalogue_fields(row: CatalogueRow | None) -> dict[str, Any]:
@@ -461,3 +489,62 @@ def _info_json(c: InfoChange, version: int) -> dict[str, Any]:
         "actor": c.actor,
         "changes": c.changes,
     }
+
+
+def info_record_of(
+    pk: int,
+    records: Mapping[int, Sequence[tuple[int, str]]],
+    rewinds: Iterable[RewindRow],
+) -> list[str]:
+    """The ``set_info`` changes (JSON, in order) that made row ``pk``'s title, owner and
+    metadata: its own records, after, for a row a rewind made, those of the row it replaced
+    up to the rewind (the rewind carried that row's values over).
+
+    Args:
+        records: ``(changed_at, changes JSON)`` of each row's recorded calls, in order.
+        rewinds: every rewind record.
+    """
+    made_by = {r.new_pk: r for r in rewinds}
+    chain: list[tuple[int, int | None]] = [(pk, None)]
+    seen = {pk}
+    while (r := made_by.get(chain[-1][0])) is not None and r.kept_pk not in seen:
+        seen.add(r.kept_pk)
+        chain.append((r.kept_pk, r.rewound_at))
+    out: list[str] = []
+    # Oldest row first: each replaced row's records count up to the rewind that replaced it.
+    for row_pk, until in reversed(chain):
+        out += [c for at, c in records.get(row_pk, ()) if until is None or at <= until]
+    return out
+
+
+def info_drift(row: CatalogueRow, changes: Iterable[str]) -> list[str]:
+    """The fields among ``title``, ``owner``, ``metadata`` whose column in ``row`` is not
+    what the recorded ``set_info`` calls ``changes`` (JSON, in order) leave: a column
+    edited behind the library's back (the columns are outside the hash chain, the
+    records are their account)."""
+    title: str | None = None
+    owner: str | None = None
+    metadata: dict[str, Any] = {}
+    for c in changes:
+        doc = orjson.loads(c)
+        if "title" in doc:
+            title = doc["title"] or None
+        if "owner" in doc:
+            owner = doc["owner"]
+        if "metadata" in doc:
+            metadata = doc["metadata"] or {}
+    stored: Any = {}
+    if row.metadata is not None:
+        try:
+            stored = orjson.loads(row.metadata)
+        except orjson.JSONDecodeError:
+            stored = None  # not JSON: never what a set_info left
+    return [
+        name
+        for name, ok in (
+            ("title", row.title == title),
+            ("owner", row.owner == owner),
+            ("metadata", stored == metadata),
+        )
+        if not ok
+    ]

@@ -229,8 +229,9 @@ class Problem:
             ``"baseline-mismatch"`` (the baseline snapshot or the session's baseline hash
             is not what its compaction recorded), ``"unrecorded-baseline"`` (a baseline
             with no compaction record: compacted before revision 0002, or written behind
-            the library's back), ``"unreadable"`` (the session could not be checked at
-            all); with a checkpoint also :class:`~eventstore.core.checkpoints.CheckpointProblem`
+            the library's back), ``"info-edited"`` (the title, owner or metadata column
+            is not what the recorded ``set_info`` calls left), ``"unreadable"`` (the
+            session could not be checked at all); with a checkpoint also :class:`~eventstore.core.checkpoints.CheckpointProblem`
             kinds (``"vanished"``, ``"rewritten"``, ``"head_moved_back"``, ...). As a
             notice (not a problem): ``"erased"``.
         message: one readable line naming the session and the version.

@@ -213,7 +213,7 @@ def rows_by_pk(tx: Any, pks: list[int]) -> dict[int, CatalogueRow]:
     return rows.rows_by_pk(tx, pks)
 
 
-def info_records(tx: Any, pks: list[int]) -> list[tuple[int, int, str | None, str]]:
+def info_records(tx: Any, pks: list[int] | None) -> list[tuple[int, int, str | None, str]]:
     """``(session_pk, changed_at, actor, changes JSON)`` of the rows' ``set_info`` calls,
     in the order they were made."""
     return rows.info_records(tx, pks)

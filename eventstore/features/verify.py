@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from eventstore.core.appends import State, segments
+from eventstore.core.catalogue import info_drift, info_record_of
 from eventstore.core.chain import ChainWalk
 from eventstore.core.checkpoints import Checkpoint, CurrentSession, ErasedSession, RewoundSession, check_checkpoint
 from eventstore.core.codec import decode_native, decode_payload, state_digest
@@ -213,6 +214,7 @@ def verify(
     with engine.storage.read() as tx:
         rewinds = engine.storage.list_rewinds(tx)
         changes = catalogue.all_info_changes(engine, tx) if session is None else []
+        info_problems = _info_drift(tx, rows, rewinds, every=session is None)
     if session is not None and rows:
         changes = catalogue.info_changes(engine, session)
     notices += [_rewound(r) for r in rewinds if session is None or session in (r.session_id, r.kept_id)]
@@ -229,6 +231,7 @@ def verify(
             n_snaps += check.checked_snapshots
         if progress is not None:
             progress(i, len(rows), row.id)
+    problems += info_problems
     if checkpoint is not None:
         for p in _against_checkpoint(engine, checkpoint, public_key):
             # Findings about the checkpoint as a whole (a bad signature) have no session:
@@ -246,6 +249,35 @@ def verify(
         checkpoint=None if checkpoint is None else checkpoint.created_at.isoformat(),
         info_changes=changes,
     )
+
+
+def _info_drift(tx: Tx, rows: list[SessionRow], rewinds: list[RewindRow], *, every: bool) -> list[Problem]:
+    """An ``info-edited`` problem for each row whose title, owner or metadata column is not
+    what its recorded ``set_info`` calls leave (see :func:`eventstore.core.catalogue.info_drift`)."""
+    if not rows:
+        return []
+    pks = None if every else [*(r.pk for r in rows), *(r.kept_pk for r in rewinds)]
+    records: dict[int, list[tuple[int, str]]] = {}
+    for pk, at, _actor, what in catalogue.info_records(tx, pks):
+        records.setdefault(pk, []).append((at, what))
+    found = catalogue.rows_by_pk(tx, [r.pk for r in rows])
+    out = []
+    for r in rows:
+        cat = found.get(r.pk)
+        if cat is None:
+            continue
+        drift = info_drift(cat, info_record_of(r.pk, records, rewinds))
+        if drift:
+            out.append(
+                Problem(
+                    r.id,
+                    r.head,
+                    "info-edited",
+                    f"session {r.id!r}: its {', '.join(drift)} column{'s' if len(drift) > 1 else ''} "
+                    "differ from what its recorded set_info calls set (edited behind the library's back)",
+                )
+            )
+    return out
 
 
 def _erased(mark: TombstoneRow) -> Problem:
