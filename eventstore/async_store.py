@@ -208,6 +208,12 @@ class AsyncEventStore(StoreBase):
         away from a session, oldest first."""
         return await run(rewinding.lines, self._engine, session)
 
+    async def seal(self, session: str | None = None) -> int:
+        """Twin of :meth:`EventStore.seal <eventstore.EventStore.seal>`. The async store
+        seals only when asked (its connections belong to the event loop, not to a worker
+        thread): call it from a task of your own, or seal with a sync store."""
+        return await run(self._engine.seal, session)
+
     async def compact(
         self,
         session: str,

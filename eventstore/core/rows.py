@@ -33,6 +33,9 @@ __all__ = [
     "CatalogueEffect",
     "NO_EFFECT",
     "CatalogueRow",
+    "SealedEvent",
+    "SegmentHead",
+    "SealableTurn",
 ]
 
 #: The hash a root session's first event chains from.
@@ -487,3 +490,46 @@ class CatalogueRow:
     line_of: int | None
     parent_id: str | None = None
     interrupted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SealedEvent:
+    """An event row with its feed number: what a sealed segment is made of and decodes to."""
+
+    row: EventRow
+    xact: int
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentHead:
+    """The columns of an ``event_segments`` row other than its body.
+
+    Attributes:
+        session_pk: the session whose rows the segment replaced.
+        first_version: the first event's version.
+        last_version: the last event's version.
+        prev_hash: the chain hash before ``first_version``.
+        end_hash: the chain hash of ``last_version`` (copied by the database from the row).
+        xact_digest: the digest of the events' feed numbers, in version order.
+        min_xact: the lowest feed number in the segment.
+        max_xact: the highest one.
+    """
+
+    session_pk: int
+    first_version: int
+    last_version: int
+    prev_hash: bytes
+    end_hash: bytes
+    xact_digest: bytes
+    min_xact: int
+    max_xact: int
+
+
+@dataclass(frozen=True, slots=True)
+class SealableTurn:
+    """A closed turn whose events are still rows: versions ``first..last`` of a session."""
+
+    session_pk: int
+    turn: int
+    first: int
+    last: int

@@ -59,6 +59,7 @@ from eventstore.core.appends import (
     segments,
     state_from_parts,
 )
+from eventstore.core.segments import SegmentCodec
 from eventstore.core.codec import decode_many, encode_action, encode_metadata, state_digest
 from eventstore.core.feed_rules import (
     FEED_CHUNK,
@@ -112,6 +113,7 @@ from eventstore.errors import (
 )
 from eventstore.storage import Storage, open_storage
 from eventstore.storage import catalogue as catalogue_rows
+from eventstore.engine.sealer import Sealer
 from eventstore.storage.interface import EventIdRace, Tx
 from eventstore.storage.migrate import HEAD_REVISION
 
@@ -212,8 +214,11 @@ class Engine:
         snapshot_every: Any = DEFAULT_SNAPSHOT_EVERY,
         max_event_bytes: Any = 1 << 20,
         max_id_length: Any = 256,
+        seal: Any = True,
         **storage_options: Any,
     ) -> None:
+        if type(seal) is not bool:
+            raise InvalidEvent(f"seal must be True or False, got {seal!r}", field="seal")
         for name, value in (
             ("snapshot_every", snapshot_every),
             ("max_event_bytes", max_event_bytes),
@@ -227,13 +232,27 @@ class Engine:
         self.validate = Validator(Limits(max_event_bytes, max_id_length))
         self.planner = AppendPlanner(snapshot_every)
         self.storage: Storage = open_storage(url, **storage_options)
+        self.storage.use_segments(SegmentCodec())
+        #: Whether closed turns are sealed in the background (``seal=``).
+        self.seal_enabled = seal
+        # A worker thread needs a storage of its own thread: not the asyncio one.
+        self.sealer = Sealer(self, background=seal and not storage_options.get("use_asyncio", False))
+        if self.sealer.background:
+            self.planner.on_new_turn = self.sealer.wake
 
     # -- lifecycle and schema -----------------------------------------------------------
 
     def close(self) -> None:
         """Release every connection and forget the caches."""
+        self.sealer.close()
         self.storage.close()
         self.planner.clear()
+
+    def seal(self, session: Any = None) -> int:
+        """Seal every closed turn now (of one session, or of all); how many were sealed."""
+        if session is None:
+            return self.sealer.seal(None)
+        return self.sealer.seal(self.session_row(session).pk)
 
     def migrate(self) -> None:
         """Create or upgrade the schema to the newest revision."""
