@@ -480,6 +480,10 @@ class Engine:
         known = self.planner.take_head(req.session)
         if known is None or (req.expected is not None and req.expected != known.head):
             return None  # the caller expects another head: let the locked path decide
+        if req.ids is not None and known.head_turn > 1 and self.sealer.may_have_sealed:
+            # A sealed event's id is not in the unique index the optimistic insert relies
+            # on: the locked path looks for the ids in the session's segments too.
+            return None
         rows, prev, turn = event_rows(
             known, req.session, req.encoded, req.ids, req.actor, req.meta, now, req.natives
         )

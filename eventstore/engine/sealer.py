@@ -50,6 +50,13 @@ class Sealer:
         self._thread: threading.Thread | None = None
         self._closed = False
         self._busy = 0
+        self._sealed_any = False
+
+    @property
+    def may_have_sealed(self) -> bool:
+        """Whether this process seals, or has sealed (appends with event ids then check
+        the segments for them: see ``Engine.plan_optimistic``)."""
+        return self.background or self._sealed_any
 
     # -- sealing now --------------------------------------------------------------------
 
@@ -69,6 +76,7 @@ class Sealer:
                 batch = todo[i : i + TURNS_PER_TRANSACTION]
                 done = self._seal_batch(batch, wait)
                 total += len(done)
+                self._sealed_any = self._sealed_any or bool(done)
                 failed.update((t.session_pk, t.turn) for t in batch if t not in done)
             if len(listed) < _LISTED:
                 return total  # the list was complete
