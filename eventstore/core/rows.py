@@ -527,9 +527,16 @@ class SegmentHead:
 
 @dataclass(frozen=True, slots=True)
 class SealableTurn:
-    """A closed turn whose events are still rows: versions ``first..last`` of a session."""
+    """Closed turns ``turn..last_turn`` of a session whose events are still rows: versions
+    ``first..last`` (one turn as listed; consecutive ones joined into one segment)."""
 
     session_pk: int
     turn: int
     first: int
     last: int
+    last_turn: int
+
+    @property
+    def turns(self) -> int:
+        """How many turns these are."""
+        return self.last_turn - self.turn + 1

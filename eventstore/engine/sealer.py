@@ -4,6 +4,7 @@ A turn is closed once a later turn of its session has begun (its ``send`` is rec
 nothing can be appended to it any more, and the session's newest turn — where an append
 with an event id that is retried must still meet the unique index on ``events`` — stays
 rows. Each closed turn's rows become one segment in the transaction that deletes them
+(consecutive turns of fewer than :data:`MIN_EVENTS` events are joined into one)
 (:meth:`~eventstore.storage.interface.Storage.seal_turn`), several turns per transaction,
 each session's row locked while its turns are sealed so that no append interleaves.
 A crash at any point leaves either the rows or the segment, never both, never neither.
@@ -28,13 +29,36 @@ __all__ = ["Sealer", "TURNS_PER_TRANSACTION", "RETRY_AFTER"]
 
 _log = logging.getLogger(__name__)
 
-#: Turns sealed per transaction (a turn of the benchmark workload is 86 events).
+#: Segments sealed per transaction (a turn of the benchmark workload is 86 events).
 TURNS_PER_TRANSACTION = 16
+#: Consecutive closed turns of fewer events are joined into one segment of at least this
+#: many (a segment row costs ~150 bytes: a turn of one event is not worth one); fewer wait
+#: for the next closed turn.
+MIN_EVENTS = 32
 #: Turns listed per look for them.
 _LISTED = 4096
 #: Seconds before the worker tries again sessions it could not seal (a held row lock,
 #: the feed's barrier not past the turn yet).
 RETRY_AFTER = 0.5
+
+
+def _joined(listed: list[SealableTurn]) -> list[SealableTurn]:
+    """The listed turns as segments: each turn of at least :data:`MIN_EVENTS` alone,
+    consecutive smaller ones joined until they reach it (a short run left at a session's
+    end waits for more closed turns)."""
+    out: list[SealableTurn] = []
+    run: SealableTurn | None = None
+    for t in listed:
+        if run is not None and (run.session_pk != t.session_pk or run.last + 1 != t.first):
+            run = None  # not joinable: a shorter run is left for later
+        if run is None:
+            run = t
+        else:
+            run = SealableTurn(t.session_pk, run.turn, run.first, t.last, t.last_turn)
+        if run.last - run.first + 1 >= MIN_EVENTS:
+            out.append(run)
+            run = None
+    return out
 
 
 class Sealer:
@@ -69,13 +93,15 @@ class Sealer:
         while True:
             with st.read() as tx:
                 listed = st.sealable_turns(tx, session_pk, _LISTED)
-            todo = [t for t in listed if (t.session_pk, t.turn) not in failed]
+            todo = [t for t in _joined(listed) if (t.session_pk, t.turn) not in failed]
             if not todo:
                 return total
             for i in range(0, len(todo), TURNS_PER_TRANSACTION):
+                if self._closed:
+                    return total
                 batch = todo[i : i + TURNS_PER_TRANSACTION]
                 done = self._seal_batch(batch, wait)
-                total += len(done)
+                total += sum(t.turns for t in done)
                 self._sealed_any = self._sealed_any or bool(done)
                 failed.update((t.session_pk, t.turn) for t in batch if t not in done)
             if len(listed) < _LISTED:
@@ -136,8 +162,8 @@ class Sealer:
                     try:
                         self.seal(pk, wait=False)
                         with self._owner.storage.read() as tx:
-                            if self._owner.storage.sealable_turns(tx, pk, 1):
-                                retry.add(pk)
+                            if _joined(self._owner.storage.sealable_turns(tx, pk, _LISTED)):
+                                retry.add(pk)  # skipped (a held lock, the feed's barrier)
                     except EventStoreError as exc:
                         _log.warning("sealing session row %d failed: %s", pk, exc)
                         retry.add(pk)

@@ -292,11 +292,13 @@ feed_clock = Table(
 event_segments = Table(
     "event_segments",
     metadata,
-    # The rows first_version..last_version of one session, all of one closed turn.
+    # The rows first_version..last_version of one session: whole turns, all closed (one
+    # turn, or a few consecutive small ones).
     Column("session_pk", Integer, nullable=False),
     Column("first_version", Integer, nullable=False),
     Column("last_version", Integer, nullable=False),
-    Column("turn", Integer, nullable=False),
+    Column("first_turn", Integer, nullable=False),
+    Column("last_turn", Integer, nullable=False),
     # The feed numbers' range: the feed reads the segments whose range meets its band.
     Column("min_xact", BigInteger, nullable=False),
     Column("max_xact", BigInteger, nullable=False),

@@ -246,7 +246,7 @@ class Sealing:
         )
         if session_pk is not None:
             stmt = stmt.where(e.session_pk == session_pk)
-        return [SealableTurn(r[0], r[1], r[2], r[3]) for r in tx.execute(stmt)]
+        return [SealableTurn(r[0], r[1], r[2], r[3], r[1]) for r in tx.execute(stmt)]
 
     def lock_for_seal(self, tx: Tx, session_pk: int, *, wait: bool) -> SessionRow | None:
         stmt = self._seal_lock(select(*sessions.c).where(sessions.c.pk == session_pk), wait)
@@ -307,8 +307,8 @@ class Sealing:
         rows = [s.row for s in sealed]
         if (
             [r.version for r in rows] != list(range(turn.first, turn.last + 1))
-            or any(r.turn != turn.turn for r in rows)
-            or turn.turn >= row.head_turn
+            or any(not turn.turn <= r.turn <= turn.last_turn for r in rows)
+            or turn.last_turn >= row.head_turn
         ):
             return False
         barrier = self._seal_barrier(tx)
@@ -333,7 +333,8 @@ class Sealing:
                 session_pk=pk,
                 first_version=turn.first,
                 last_version=turn.last,
-                turn=turn.turn,
+                first_turn=turn.turn,
+                last_turn=turn.last_turn,
                 min_xact=min(xacts),
                 max_xact=max(xacts),
                 prev_hash=prev,

@@ -7,7 +7,7 @@ hash with ``end_hash``, and the events' feed numbers with ``xact_digest``.
 
 PostgreSQL: the application role may not delete events nor write segments. It seals by
 calling ``eventstore_seal``, a ``SECURITY DEFINER`` function of the owner (its search path
-pinned to the schema, then ``pg_temp``): it checks that the range is every row of one turn
+pinned to the schema, then ``pg_temp``): it checks that the range is every row of whole turns
 that a later turn has closed, copies ``end_hash`` from the last row and computes
 ``xact_digest`` from the rows itself, inserts the segment and deletes the rows under a
 compaction permit that it alone writes and removes. A caller's body can then only make
@@ -57,14 +57,14 @@ def pg_seal_function(schema: str) -> tuple[str, ...]:
               INTO n, t_min, t_max, x_min, x_max, digest
               FROM {schema}.events e
              WHERE e.session_pk = p_pk AND e.version BETWEEN p_first AND p_last;
-            IF p_first < 1 OR n IS DISTINCT FROM p_last - p_first + 1 OR t_min IS DISTINCT FROM t_max
-               OR x_min IS NULL THEN
-                RAISE EXCEPTION 'eventstore_seal: versions %..% of session row % are not the rows of one turn',
+            IF p_first < 1 OR n IS DISTINCT FROM p_last - p_first + 1 OR x_min IS NULL THEN
+                RAISE EXCEPTION 'eventstore_seal: versions %..% of session row % are not all rows',
                     p_first, p_last, p_pk USING ERRCODE = 'integrity_constraint_violation';
             END IF;
             IF closed_by IS NULL OR t_max >= closed_by OR EXISTS (
                 SELECT 1 FROM {schema}.events e
-                 WHERE e.session_pk = p_pk AND e.version IN (p_first - 1, p_last + 1) AND e.turn = t_min
+                 WHERE e.session_pk = p_pk
+                   AND ((e.version = p_first - 1 AND e.turn = t_min) OR (e.version = p_last + 1 AND e.turn = t_max))
             ) THEN
                 RAISE EXCEPTION 'eventstore_seal: versions %..% of session row % are not a whole closed turn',
                     p_first, p_last, p_pk USING ERRCODE = 'integrity_constraint_violation';
@@ -72,9 +72,9 @@ def pg_seal_function(schema: str) -> tuple[str, ...]:
             SELECT e.hash INTO last_hash FROM {schema}.events e
              WHERE e.session_pk = p_pk AND e.version = p_last;
             INSERT INTO {schema}.event_segments
-                (session_pk, first_version, last_version, turn, min_xact, max_xact,
+                (session_pk, first_version, last_version, first_turn, last_turn, min_xact, max_xact,
                  prev_hash, end_hash, xact_digest, body)
-            VALUES (p_pk, p_first, p_last, t_min, x_min, x_max, p_prev, last_hash, digest, p_body);
+            VALUES (p_pk, p_first, p_last, t_min, t_max, x_min, x_max, p_prev, last_hash, digest, p_body);
             INSERT INTO {schema}.compaction_permits (session_pk, upto) VALUES (p_pk, p_last);
             DELETE FROM {schema}.events e
              WHERE e.session_pk = p_pk AND e.version BETWEEN p_first AND p_last;
@@ -96,7 +96,8 @@ def upgrade() -> None:
         sa.Column("session_pk", sa.Integer(), nullable=False),
         sa.Column("first_version", sa.Integer(), nullable=False),
         sa.Column("last_version", sa.Integer(), nullable=False),
-        sa.Column("turn", sa.Integer(), nullable=False),
+        sa.Column("first_turn", sa.Integer(), nullable=False),
+        sa.Column("last_turn", sa.Integer(), nullable=False),
         sa.Column("min_xact", sa.BigInteger(), nullable=False),
         sa.Column("max_xact", sa.BigInteger(), nullable=False),
         sa.Column("prev_hash", sa.LargeBinary(), nullable=False),
