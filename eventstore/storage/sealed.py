@@ -353,6 +353,47 @@ class Sealing:
 
     # -- compaction and erasure -------------------------------------------------------------
 
+    def _cut_segments(self, tx: Tx, session_pk: int, *, after: int, upto: int) -> int:
+        """Remove the sealed events in ``(after, upto]`` (compaction): segments wholly inside
+        go; one that straddles a bound is decoded, its events outside the range put back as
+        rows (with their feed numbers: positions do not move; a later seal takes them again)
+        and it goes. Returns how many sealed events were removed."""
+        found = self._fetchall(tx, self._q_segments, {"pk": session_pk, "after": after, "upto": upto})
+        removed = 0
+        for r in found:
+            h = _head(r)
+            if after < h.first_version and h.last_version <= upto:
+                removed += h.last_version - h.first_version + 1
+                continue
+            sealed = self._decode(h, r[8])
+            kept = [e for e in sealed if not after < e.row.version <= upto]
+            removed += len(sealed) - len(kept)
+            if kept:
+                tx.execute(
+                    insert(events),
+                    [
+                        {
+                            "session_pk": e.row.session_pk, "version": e.row.version,
+                            "event_id": e.row.event_id, "type": e.row.type, "turn": e.row.turn,
+                            "payload": e.row.payload, "recorded_at": e.row.recorded_at,
+                            "actor": e.row.actor, "metadata": e.row.metadata, "hash": e.row.hash,
+                            "xact": e.xact, "native": e.row.native,
+                        }
+                        for e in kept
+                    ],
+                )
+            tx.execute(
+                delete(event_segments).where(
+                    _S.session_pk == session_pk, _S.first_version == h.first_version
+                )
+            )
+        tx.execute(
+            delete(event_segments).where(
+                _S.session_pk == session_pk, _S.first_version > after, _S.last_version <= upto
+            )
+        )
+        return removed
+
     def _drop_segments(self, tx: Tx, session_pks: Sequence[int], *, after: int | None = None, upto: int | None = None) -> int:
         """Delete the segments of these sessions (only those wholly inside (after, upto] when
         given): how many events they held."""

@@ -1226,10 +1226,7 @@ class SqlStorage(Sealing, Storage):
             )
         )
         tx.execute(delete(compaction_permits).where(compaction_permits.c.session_pk == session_pk))
-        # Segments wholly in the removed range go; one that straddles the cut stays whole
-        # (its versions below the baseline are never read: the store refuses them).
-        deleted = int(deleted or 0) + self._drop_segments(tx, [session_pk], after=keep_upto, upto=upto)
-        return deleted
+        return int(deleted or 0) + self._cut_segments(tx, session_pk, after=keep_upto, upto=upto)
 
 
     # -- audit: compaction records, erasure, blob collection ------------------------------
