@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import and_, bindparam, delete, func, insert, select
+from sqlalchemy import bindparam, delete, func, insert, select
 
 from eventstore.core.rows import (
     ZERO_HASH,
@@ -394,17 +394,12 @@ class Sealing:
         )
         return removed
 
-    def _drop_segments(self, tx: Tx, session_pks: Sequence[int], *, after: int | None = None, upto: int | None = None) -> int:
-        """Delete the segments of these sessions (only those wholly inside (after, upto] when
-        given): how many events they held."""
-        where = [_S.session_pk.in_(list(session_pks))]
-        if after is not None:
-            where.append(_S.first_version > after)
-        if upto is not None:
-            where.append(_S.last_version <= upto)
+    def _drop_segments(self, tx: Tx, session_pks: Sequence[int]) -> int:
+        """Delete every segment of these sessions (erasure): how many events they held."""
+        where = _S.session_pk.in_(list(session_pks))
         n = tx.execute(
-            select(func.coalesce(func.sum(_S.last_version - _S.first_version + 1), 0)).where(and_(*where))
+            select(func.coalesce(func.sum(_S.last_version - _S.first_version + 1), 0)).where(where)
         ).scalar()
-        tx.execute(delete(event_segments).where(and_(*where)))
+        tx.execute(delete(event_segments).where(where))
         return int(n or 0)
 
