@@ -66,7 +66,9 @@ class AsyncEventStore(StoreBase):
     prepared statement at all, as PgBouncer's transaction mode needs — and
     ``busy_timeout_ms`` and ``pool_size`` on SQLite; ``replicas``, ``max_replica_lag``,
     ``replica_wait`` and ``partitions`` on PostgreSQL, see docs/scaling.md). Both forms may
-    work on the same database at the same time.
+    work on the same database at the same time. ``seal`` is accepted too, but the async
+    store seals only when :meth:`seal` is awaited (no background worker: its connections
+    belong to the event loop); a sync store on the same database seals in the background.
 
     On PostgreSQL the one-statement appends and loads run on up to ``pool_size``
     connections of their own, kept in autocommit, besides the pool the transactions use.
@@ -88,6 +90,7 @@ class AsyncEventStore(StoreBase):
         snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
         max_event_bytes: int = 1 << 20,
         max_id_length: int = 256,
+        seal: bool = True,
         **storage_options: Any,
     ) -> None:
         super().__init__(
@@ -95,6 +98,7 @@ class AsyncEventStore(StoreBase):
             snapshot_every=snapshot_every,
             max_event_bytes=max_event_bytes,
             max_id_length=max_id_length,
+            seal=seal,
             **storage_options,
         )
         self._streams = AsyncTurnWriter(self._engine)
