@@ -175,6 +175,8 @@ class LoadParts:
         tail: the payloads of the events after the snapshot up to the version, joined by
             commas in version order (no brackets).
         n_tail: how many events ``tail`` holds.
+        sealed: ``(version, payload)`` of the events after the snapshot that are sealed
+            (not in ``tail``), in version order; ``tail`` holds the others.
     """
 
     row: SessionRow | None
@@ -186,6 +188,7 @@ class LoadParts:
     n_found: int = 0
     tail: bytes = b""
     n_tail: int = 0
+    sealed: tuple[tuple[int, bytes], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

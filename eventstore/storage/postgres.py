@@ -1204,8 +1204,18 @@ class PostgresStorage(SqlStorage):
         row = self._learn_key(session_row(r))
         if row.parent_pk is not None:
             return LoadParts(row)
-        if r[17] != (row.head if version is None else version) - (r[11] or 0):
-            return LoadParts(row)  # some are sealed: the general path merges them
+        sealed: tuple[tuple[int, bytes], ...] = ()
+        v, base = (row.head if version is None else version), (r[11] or 0)
+        if r[17] != v - base:
+            # Some are sealed: their payloads, in one more round trip, are merged in by
+            # version (any other gap, or a race with a seal or a compaction, takes the
+            # general path).
+            q = self._q_segments
+            with self._errors(), self._autocommit(hot=True) as cur:
+                cur.execute(q.sql, q.args({"pk": row.pk, "after": base, "upto": v}))
+                sealed = self._sealed_payloads(cur.fetchall(), base, v)
+            if r[17] + len(sealed) != v - base:
+                return LoadParts(row)
         return LoadParts(
             row,
             complete=True,
@@ -1216,6 +1226,7 @@ class PostgresStorage(SqlStorage):
             n_found=r[15],
             tail=r[16] or b"",
             n_tail=r[17],
+            sealed=sealed,
         )
 
     def get_session(self, tx: Tx, session_id: str) -> SessionRow | None:

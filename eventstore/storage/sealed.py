@@ -176,6 +176,15 @@ class Sealing:
         _no_duplicates(out)
         return out if limit is None else out[:limit]
 
+    def _sealed_payloads(self, found: Sequence[Any], after: int, upto: int) -> tuple[tuple[int, bytes], ...]:
+        """``(version, payload)`` of the sealed events in ``(after, upto]``, from rows of
+        :data:`S_SEGMENTS` (a load's sealed part of its tail)."""
+        out: list[tuple[int, bytes]] = []
+        for r in found:
+            out += [(e.row.version, e.row.payload) for e in self._decode(_head(r), r[8]) if after < e.row.version <= upto]
+        out.sort()
+        return tuple(out)
+
     def _sealed_event_at(self, tx: Tx, session_pk: int, version: int) -> EventRow | None:
         found = self._merge_range(tx, session_pk, [], after=version - 1, upto=version, limit=None, desc=False)
         return found[0] if found else None

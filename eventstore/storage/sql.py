@@ -1178,8 +1178,14 @@ class SqlStorage(Sealing, Storage):
             payloads = self._fetchall(
                 tx, self._q_read_payloads, {"pk": row.pk, "after": base, "upto": v}
             )
-        if len(payloads) != v - base:
-            return LoadParts(row)  # some are sealed: the general path merges them
+            sealed: tuple[tuple[int, bytes], ...] = ()
+            if len(payloads) != v - base:
+                # Some are sealed: their payloads are merged in by version (any other gap
+                # takes the general path).
+                found = self._fetchall(tx, self._q_segments, {"pk": row.pk, "after": base, "upto": v})
+                sealed = self._sealed_payloads(found, base, v)
+                if len(payloads) + len(sealed) != v - base:
+                    return LoadParts(row)
         return LoadParts(
             row,
             complete=True,
@@ -1190,6 +1196,7 @@ class SqlStorage(Sealing, Storage):
             n_found=n_found,
             tail=b",".join(p for (p,) in payloads),
             n_tail=len(payloads),
+            sealed=sealed,
         )
 
     # -- compaction ---------------------------------------------------------------------
