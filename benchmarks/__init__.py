@@ -29,6 +29,7 @@ BENCHMARKS: list[str] = [
     "startup",  # CLI start-up and long-log output, before/after against a git revision
     "scale",  # partitions vs plain, growth, replicas; needs the replica of scripts/with-postgres
     "catalogue",  # a sidebar page among up to 1M sessions; what the catalogue costs appends
+    "seal",  # sealed segments: bytes per event against the bare row; the segment codec
 ]
 """Benchmark modules run, in this order, by ``python -m benchmarks all``."""
 

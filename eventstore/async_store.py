@@ -65,7 +65,9 @@ class AsyncEventStore(StoreBase):
     prepared statement at all, as PgBouncer's transaction mode needs — and
     ``busy_timeout_ms`` and ``pool_size`` on SQLite; ``replicas``, ``max_replica_lag``,
     ``replica_wait`` and ``partitions`` on PostgreSQL, see docs/scaling.md). Both forms may
-    work on the same database at the same time.
+    work on the same database at the same time. ``seal`` is accepted too, but the async
+    store seals only when :meth:`seal` is awaited (no background worker: its connections
+    belong to the event loop); a sync store on the same database seals in the background.
 
     On PostgreSQL the one-statement appends and loads run on up to ``pool_size``
     connections of their own, kept in autocommit, besides the pool the transactions use.
@@ -191,6 +193,12 @@ class AsyncEventStore(StoreBase):
         """Twin of :meth:`EventStore.lines <eventstore.EventStore.lines>`: the lines rewound
         away from a session, oldest first."""
         return await run(rewinding.lines, self._engine, session)
+
+    async def seal(self, session: str | None = None) -> int:
+        """Twin of :meth:`EventStore.seal <eventstore.EventStore.seal>`. The async store
+        seals only when asked (its connections belong to the event loop, not to a worker
+        thread): call it from a task of your own, or seal with a sync store."""
+        return await run(self._engine.seal, session)
 
     async def compact(
         self,

@@ -24,6 +24,7 @@ maps them in exactly one place and chains the original as ``__cause__``.
     ├── CheckpointError         a checkpoint or key file is unreadable, malformed or of the wrong kind
     ├── SchemaError             the database has no (or an older) eventstore schema
     └── StorageError            the database failed; ``retryable`` tells whether to try again
+        └── SegmentCorrupt      a sealed segment does not decode to the events it stands for
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ __all__ = [
     "CheckpointError",
     "SchemaError",
     "StorageError",
+    "SegmentCorrupt",
 ]
 
 
@@ -300,3 +302,9 @@ class StorageError(EventStoreError):
         super().__init__(message)
         self.retryable = retryable
         self.context = context
+
+
+class SegmentCorrupt(StorageError):
+    """A sealed segment's body does not decode to the events it replaced: it was altered
+    (its events do not hash to the end hash the database copied from the rows) or is not
+    a segment body at all. Every read that meets it fails; ``verify`` reports it."""

@@ -61,6 +61,8 @@ class EventStore(StoreBase):
             fewer events than this).
         max_event_bytes: the largest encoded action (and metadata) accepted.
         max_id_length: the longest session id, event id or actor accepted.
+        seal: rewrite each closed turn's events in the background into one compressed
+            segment (``False``: keep every event a row). Invisible to every reader.
         **storage_options: backend options (``busy_timeout_ms`` and ``pool_size`` for
             SQLite; for PostgreSQL ``pool_size``, ``max_overflow``, ``pool_timeout``
             (seconds to wait for a connection), ``connect_timeout``, ``prepare_threshold``
@@ -343,6 +345,22 @@ class EventStore(StoreBase):
             SessionErased: it was erased.
         """
         return rewinding.lines(self._engine, session)
+
+    def seal(self, session: str | None = None) -> int:
+        """Seal every closed turn now, of one session or of all, and return how many turns
+        were sealed once they are.
+
+        A turn is closed once a later turn of its session has begun; each closed turn's
+        events become one compressed segment, in the transaction that removes their rows.
+        Nothing any reader sees changes: loads at every version, history, the feed's
+        positions and order, export, verify and checkpoints.
+
+        Raises:
+            InvalidEvent: ``session`` is not a valid id.
+            SessionNotFound: no such session.
+            StorageError: the database failed.
+        """
+        return self._engine.seal(session)
 
     def compact(
         self,

@@ -136,15 +136,17 @@ async def await_until(ready: Callable[[], object], what: str, timeout: float = 6
 
 
 @pytest.fixture
-def store(db_url: str, twin: str) -> Iterator["EventStore"]:
+def store(db_url: str, twin: str, request: pytest.FixtureRequest) -> Iterator["EventStore"]:
     """A migrated EventStore on a private database of the parametrized backend (the async
-    twin behind its test adapter in the ``async`` run of a module marked ``twins``)."""
+    twin behind its test adapter in the ``async`` run of a module marked ``twins``);
+    ``seal=False`` for a test marked ``unsealed``."""
+    options = {"seal": False} if request.node.get_closest_marker("unsealed") else {}
     if twin == "async":
         from twins import make_async_store
 
-        s: Any = make_async_store(db_url)
+        s: Any = make_async_store(db_url, **options)
     else:
-        s = make_store(db_url)
+        s = make_store(db_url, **options)
     try:
         yield s
     finally:

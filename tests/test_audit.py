@@ -148,6 +148,7 @@ def test_a_moved_head_turn_fails_verify(store: EventStore, raw_engine: Engine) -
     assert _kinds(report) == {("s", "head-turn")}
 
 
+@pytest.mark.unsealed  # it inserts a row of `events` below the baseline
 def test_an_event_forged_below_the_baseline_is_reported_and_not_exported(
     store: EventStore, raw_engine: Engine
 ) -> None:
@@ -378,7 +379,8 @@ ATTACKS: dict[str, Callable[[Any], None]] = {
 
 @pytest.fixture
 def anchored(db_url: str, twin: str) -> Iterator[tuple[EventStore, Checkpoint]]:
-    with EventStore(db_url, snapshot_every=1000) as store:
+    # Unsealed: the attacks rewrite rows of `events` (tests/test_seal.py alters segments).
+    with EventStore(db_url, snapshot_every=1000, seal=False) as store:
         store.migrate()
         store.append("victim", chat_session(turns=3, seed=8), actor="app")
         store.append("bystander", chat_session(turns=2, seed=9))
@@ -529,7 +531,7 @@ def _cli(*args: str) -> Any:
 
 
 def test_cli_keygen_checkpoint_verify_and_erase(db_url: str, tmp_path: Any, raw_engine: Engine, backend: str) -> None:
-    with make_store(db_url) as store:
+    with make_store(db_url, seal=False) as store:  # the attack below rewrites rows of `events`
         store.append("victim", chat_session(turns=2, seed=1))
         store.append("other", chat_session(turns=2, seed=2))
     key = tmp_path / "signing"

@@ -16,6 +16,7 @@ from conftest import make_store
 from eventstore.core.codec import state_digest
 from eventstore.errors import ConcurrencyError, SessionErased, StorageError
 from eventstore.samples import chat_session
+from eventstore.core.segments import SegmentCodec
 from eventstore.storage import open_storage
 from eventstore.core.rows import HASH_SIZE, NewSession
 from eventstore.storage.interface import Storage
@@ -28,6 +29,7 @@ NOW = 1_796_040_000_000_000  # microseconds, a fixed instant
 def storage(db_url: str, store: EventStore) -> Iterator[Storage]:
     """Storage on the same (migrated) database as ``store``."""
     st = open_storage(db_url)
+    st.use_segments(SegmentCodec())  # what the engine hands its storage
     try:
         yield st
     finally:

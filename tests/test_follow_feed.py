@@ -52,12 +52,20 @@ def _send(i: int) -> dict[str, Any]:
 
 
 def _stored(engine: Engine) -> list[tuple[str, int]]:
-    """Every (session, version) the events table holds."""
+    """Every (session, version) the database holds: rows of events, and sealed segments."""
     with engine.connect() as conn:
         rows = conn.execute(
             text("SELECT s.id, e.version FROM events e JOIN sessions s ON s.pk = e.session_pk")
         ).all()
-    return sorted((str(a), int(b)) for a, b in rows)
+        sealed = conn.execute(
+            text(
+                "SELECT s.id, g.first_version, g.last_version FROM event_segments g "
+                "JOIN sessions s ON s.pk = g.session_pk"
+            )
+        ).all()
+    out = [(str(a), int(b)) for a, b in rows]
+    out += [(str(a), v) for a, lo, hi in sealed for v in range(int(lo), int(hi) + 1)]
+    return sorted(out)
 
 
 def _check_feed(got: list[RecordedEvent], stored: list[tuple[str, int]]) -> None:

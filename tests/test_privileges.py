@@ -294,6 +294,7 @@ def test_the_grants_name_no_write_privilege_on_events_beyond_insert(setup: dict[
     assert granted["eventstore_alembic_version"] == {"SELECT"}
     assert granted["tombstones"] == {"SELECT"}
     assert granted["compactions"] == {"SELECT"}
+    assert granted["event_segments"] == {"SELECT"}  # sealing goes through eventstore_seal
 
 
 @pytest.mark.twins
@@ -431,3 +432,41 @@ def test_the_application_role_rewinds_and_every_event_stays_readable(setup: dict
             assert list(owner_store.history(kept)) == before
     finally:
         owner_store.close()
+
+
+def test_the_application_role_seals_but_cannot_forge_or_remove_a_segment(setup: dict[str, Any]) -> None:
+    """Sealing as the application role goes through the owner's function; the role can
+    neither write a segment itself nor make the function record a hash of its choosing."""
+    from eventstore import fold
+
+    with EventStore(setup["owner"]) as owner_store:
+        owner_store.migrate()
+    with _raw(setup["owner"]) as conn:
+        conn.execute(setup["grants"])
+    actions = chat_session(turns=3, seed=4)
+    with EventStore(setup["app"], snapshot_every=8, seal=False) as app:
+        app.append("s1", actions)
+        assert app.seal() == 2  # the third turn is the session's newest: it stays rows
+        for v in range(0, len(actions) + 1, 7):
+            assert app.load("s1", version=v).to_json() == fold(actions[:v]).to_json(), v
+        assert app.verify().ok
+    with _raw(setup["app"]) as conn:
+        pk, first, last = conn.execute(
+            "SELECT session_pk, first_version, last_version FROM event_segments ORDER BY 2 LIMIT 1"
+        ).fetchone()
+        for sql in (
+            "UPDATE event_segments SET body = '\\x00'",
+            "UPDATE event_segments SET end_hash = '\\x00'",
+            "DELETE FROM event_segments",
+            "INSERT INTO event_segments SELECT * FROM event_segments",
+            "DELETE FROM events",
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(sql)
+        # The function refuses what is not every row of one closed turn: the sealed range
+        # (its rows are gone) and the newest turn's rows.
+        with pytest.raises(psycopg.errors.IntegrityConstraintViolation):
+            conn.execute("SELECT eventstore_seal(%s, %s, %s, '\\x00', '\\x00')", (pk, first, last))
+        head = conn.execute("SELECT head FROM sessions WHERE id = 's1'").fetchone()[0]
+        with pytest.raises(psycopg.errors.IntegrityConstraintViolation):
+            conn.execute("SELECT eventstore_seal(%s, %s, %s, '\\x00', '\\x00')", (pk, head, head))

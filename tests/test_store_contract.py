@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import random
+import sys
 from datetime import timedelta, timezone
 from typing import Any
 
 import pytest
 from sqlalchemy import text
 
+import conftest
+import eventstore
 from conftest import BACKENDS, PARTITIONED, make_store
 from eventstore.errors import (
     ConcurrencyError,
@@ -26,9 +29,41 @@ from eventstore.engine import engine as engine_module
 from eventstore.core import appends as planning_module
 from eventstore.features import verify as verify_module
 
-pytestmark = [pytest.mark.twins, pytest.mark.usefixtures("twin")]
+pytestmark = [pytest.mark.twins, pytest.mark.usefixtures("twin", "sealing")]
 
 SEND = {"type": "send", "id": "u-1", "text": "hello"}
+
+
+@pytest.fixture(params=["off", "always"])
+def sealing(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, twin: str) -> str:
+    """The contract holds with sealing off, and with every closed turn sealed right after
+    each append (``store.seal()``; background sealing, the default, runs everywhere else)."""
+    mode = str(request.param)
+    if mode == "always" and twin == "async":
+        pytest.skip("sealing after every append is run on the sync store")
+    module = sys.modules[__name__]
+    opened, made = module.EventStore, module.make_store
+
+    def unsealed(url: str, **options: Any) -> Any:
+        return opened(url, **{"seal": False, **options})
+
+    def made_unsealed(url: str, **options: Any) -> Any:
+        return made(url, **{"seal": False, **options})
+
+    monkeypatch.setattr(module, "EventStore", unsealed)
+    monkeypatch.setattr(module, "make_store", made_unsealed)
+    monkeypatch.setattr(conftest, "make_store", made_unsealed)  # the `store` fixture's
+    if mode == "always":
+        store_class = eventstore.EventStore
+        append = store_class.append
+
+        def append_then_seal(self: EventStore, *args: Any, **kwargs: Any) -> Any:
+            result = append(self, *args, **kwargs)
+            self.seal()
+            return result
+
+        monkeypatch.setattr(store_class, "append", append_then_seal)
+    return mode
 
 
 @pytest.fixture(params=[*BACKENDS, PARTITIONED])

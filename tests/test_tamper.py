@@ -33,7 +33,8 @@ SNAPSHOT_EVERY = 8
 
 @pytest.fixture
 def tamper_store(db_url: str) -> Iterator[EventStore]:
-    with EventStore(db_url, snapshot_every=SNAPSHOT_EVERY) as store:
+    # Unsealed: these tests alter rows of `events`; tests/test_seal.py tampers with segments.
+    with EventStore(db_url, snapshot_every=SNAPSHOT_EVERY, seal=False) as store:
         store.migrate()
         actions = random_actions(random.Random(66), N)
         store.append("victim", actions[:10], event_ids=[f"e{i}" for i in range(10)], actor="alice")

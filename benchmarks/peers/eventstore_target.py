@@ -23,9 +23,10 @@ class EventstoreTarget:
     per_event = True
     per_turn = True
 
-    def __init__(self, backend: str, snapshot_every: int | None = None) -> None:
+    def __init__(self, backend: str, snapshot_every: int | None = None, *, seal: bool = True) -> None:
         assert backend in ("postgresql", "sqlite")
         self.backend = backend
+        self.seal = seal
         self.snapshot_every = snapshot_every
         self.key = "es-pg" if backend == "postgresql" else "es-sqlite"
         self.label = "eventstore (PostgreSQL)" if backend == "postgresql" else "eventstore (SQLite)"
@@ -53,8 +54,8 @@ class EventstoreTarget:
                 for suffix in ("", "-wal", "-shm"):
                     if os.path.exists(self.path + suffix):
                         os.remove(self.path + suffix)
-        kwargs = {"snapshot_every": self.snapshot_every} if self.snapshot_every else {}
-        self.store = EventStore(url, **kwargs)
+        kwargs: dict[str, Any] = {"snapshot_every": self.snapshot_every} if self.snapshot_every else {}
+        self.store = EventStore(url, seal=self.seal, **kwargs)
         if create:
             self.store.migrate()
         self.heads = {}

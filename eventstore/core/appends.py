@@ -326,7 +326,19 @@ def state_from_parts(parts: LoadParts, version: int) -> State:
         state = SnapshotCodec.decode_joined(parts.rest, parts.messages)
     assert parts.row is not None
     actions = orjson.loads(b"[" + parts.tail + b"]") if parts.n_tail else []
+    if parts.sealed:
+        actions = _with_sealed(actions, parts.sealed, base, version)
     return fold_tail(parts.row.id, base, version, state, actions)
+
+
+def _with_sealed(rows: list[Any], sealed: tuple[tuple[int, bytes], ...], base: int, version: int) -> list[Any]:
+    """The actions ``base + 1..version`` in order: the sealed ones at their versions, the
+    rows' (``rows``, in version order) in the versions between (fewer: fold_tail says so)."""
+    at = dict(sealed)
+    if len(rows) + len(at) != version - base:
+        return rows + [orjson.loads(p) for p in at.values()]  # incomplete: fold_tail refuses
+    it = iter(rows)
+    return [orjson.loads(at[v]) if v in at else next(it) for v in range(base + 1, version + 1)]
 
 
 # -- records ----------------------------------------------------------------------------

@@ -33,6 +33,9 @@ __all__ = [
     "CatalogueEffect",
     "NO_EFFECT",
     "CatalogueRow",
+    "SealedEvent",
+    "SegmentHead",
+    "SealableTurn",
 ]
 
 #: The hash a root session's first event chains from.
@@ -172,6 +175,8 @@ class LoadParts:
         tail: the payloads of the events after the snapshot up to the version, joined by
             commas in version order (no brackets).
         n_tail: how many events ``tail`` holds.
+        sealed: ``(version, payload)`` of the events after the snapshot that are sealed
+            (not in ``tail``), in version order; ``tail`` holds the others.
     """
 
     row: SessionRow | None
@@ -183,6 +188,7 @@ class LoadParts:
     n_found: int = 0
     tail: bytes = b""
     n_tail: int = 0
+    sealed: tuple[tuple[int, bytes], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -487,3 +493,53 @@ class CatalogueRow:
     line_of: int | None
     parent_id: str | None = None
     interrupted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SealedEvent:
+    """An event row with its feed number: what a sealed segment is made of and decodes to."""
+
+    row: EventRow
+    xact: int
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentHead:
+    """The columns of an ``event_segments`` row other than its body.
+
+    Attributes:
+        session_pk: the session whose rows the segment replaced.
+        first_version: the first event's version.
+        last_version: the last event's version.
+        prev_hash: the chain hash before ``first_version``.
+        end_hash: the chain hash of ``last_version`` (copied by the database from the row).
+        xact_digest: the digest of the events' feed numbers, in version order.
+        min_xact: the lowest feed number in the segment.
+        max_xact: the highest one.
+    """
+
+    session_pk: int
+    first_version: int
+    last_version: int
+    prev_hash: bytes
+    end_hash: bytes
+    xact_digest: bytes
+    min_xact: int
+    max_xact: int
+
+
+@dataclass(frozen=True, slots=True)
+class SealableTurn:
+    """Closed turns ``turn..last_turn`` of a session whose events are still rows: versions
+    ``first..last`` (one turn as listed; consecutive ones joined into one segment)."""
+
+    session_pk: int
+    turn: int
+    first: int
+    last: int
+    last_turn: int
+
+    @property
+    def turns(self) -> int:
+        """How many turns these are."""
+        return self.last_turn - self.turn + 1

@@ -55,6 +55,7 @@ from eventstore.core.appends import (
     state_from_parts,
 )
 from eventstore.core.catalogue import effect as catalogue_effect
+from eventstore.core.segments import SegmentCodec
 from eventstore.core.codec import encode_action, encode_metadata, state_digest
 from eventstore.core.feed_rules import Follower
 from eventstore.core.ids import check_new_session_id
@@ -71,6 +72,7 @@ from eventstore.core.rewinds import Rewinds
 from eventstore.core.rows import CatalogueEffect, EventRow, SessionRow, TurnBatch
 from eventstore.core.validation import MAX_VERSION, Limits, Validator
 from eventstore.engine.planner import AppendPlan, AppendPlanner
+from eventstore.engine.sealer import Sealer
 from eventstore.engine.reads import drive, feed_plan, follow_plan, iter_history
 from eventstore.engine.transaction_steps import TransactionSteps, now_micros
 from eventstore.errors import ConcurrencyError, InvalidEvent, SchemaError, SessionExists
@@ -170,8 +172,11 @@ class Engine(TransactionSteps):
         snapshot_every: Any = DEFAULT_SNAPSHOT_EVERY,
         max_event_bytes: Any = 1 << 20,
         max_id_length: Any = 256,
+        seal: Any = True,
         **storage_options: Any,
     ) -> None:
+        if type(seal) is not bool:
+            raise InvalidEvent(f"seal must be True or False, got {seal!r}", field="seal")
         for name, value in (
             ("snapshot_every", snapshot_every),
             ("max_event_bytes", max_event_bytes),
@@ -185,13 +190,27 @@ class Engine(TransactionSteps):
         self.validate = Validator(Limits(max_event_bytes, max_id_length))
         self.planner = AppendPlanner(snapshot_every)
         self.storage: Storage = open_storage(url, **storage_options)
+        self.storage.use_segments(SegmentCodec())
+        #: Whether closed turns are sealed in the background (``seal=``).
+        self.seal_enabled = seal
+        # A worker thread needs a storage of its own thread: not the asyncio one.
+        self.sealer = Sealer(self, background=seal and not storage_options.get("use_asyncio", False))
+        if self.sealer.background:
+            self.planner.on_new_turn = self.sealer.wake
 
     # -- lifecycle and schema -----------------------------------------------------------
 
     def close(self) -> None:
         """Release every connection and forget the caches."""
+        self.sealer.close()
         self.storage.close()
         self.planner.clear()
+
+    def seal(self, session: Any = None) -> int:
+        """Seal every closed turn now (of one session, or of all); how many were sealed."""
+        if session is None:
+            return self.sealer.seal(None)
+        return self.sealer.seal(self.session_row(session).pk)
 
     def migrate(self) -> None:
         """Create or upgrade the schema to the newest revision."""
@@ -323,6 +342,10 @@ class Engine(TransactionSteps):
         known = self.planner.take_head(req.session)
         if known is None or (req.expected is not None and req.expected != known.head):
             return None  # the caller expects another head: let the locked path decide
+        if req.ids is not None and known.head_turn > 1 and self.sealer.may_have_sealed:
+            # A sealed event's id is not in the unique index the optimistic insert relies
+            # on: the locked path looks for the ids in the session's segments too.
+            return None
         rows, prev, turn = event_rows(
             known, req.session, req.encoded, req.ids, req.actor, req.meta, now, req.natives
         )

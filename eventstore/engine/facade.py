@@ -28,6 +28,7 @@ class StoreBase:
         snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
         max_event_bytes: int = 1 << 20,
         max_id_length: int = 256,
+        seal: bool = True,
         **storage_options: Any,
     ) -> None:
         if self._asyncio_storage:
@@ -37,6 +38,7 @@ class StoreBase:
             snapshot_every=snapshot_every,
             max_event_bytes=max_event_bytes,
             max_id_length=max_id_length,
+            seal=seal,
             **storage_options,
         )
         self._open_writers()

@@ -38,7 +38,7 @@ from eventstore.engine import catalogue
 from eventstore.engine.engine import Engine, Tx
 from eventstore.engine.reads import HISTORY_CHUNK
 from eventstore.features.audit import baseline_digest
-from eventstore.errors import CheckpointError, SessionErased
+from eventstore.errors import CheckpointError, SegmentCorrupt, SessionErased
 
 __all__ = ["ChainCheck", "verify", "hash_in_lineage"]
 
@@ -453,36 +453,41 @@ def _check_below_baseline(engine: Engine, tx: Tx, row: SessionRow, check: ChainC
 
 
 def _check_one(engine: Engine, row: SessionRow) -> ChainCheck:
-    st = engine.storage
-    with st.read() as tx:
-        lineage = engine.lineage(tx, row)
-        segs = segments(lineage, row.head)
-        start = row.baseline
-        # Snapshots this session can be served, by version (baselines stand for deleted
-        # events and cannot be checked against them).
-        snaps: dict[int, SnapshotRow] = {}
-        for seg in segs:
-            for s in st.list_snapshots(tx, seg.session_pk, after=max(seg.after, start), upto=seg.upto):
-                if s.reducer_version == REDUCER_VERSION:
-                    snaps[s.version] = s
-        base_state = engine.state_at(tx, row, start) if start else None
-        check = ChainCheck(row, engine.event_names(tx, lineage), base_state, snaps)
-        if base_state is not None:
-            _check_baseline(engine, tx, lineage, base_state, check)
-            _check_below_baseline(engine, tx, row, check)
-        for seg in segs:
-            lo = max(seg.after, start)
-            while lo < seg.upto:
-                events = st.read_events(tx, seg.session_pk, after=lo, upto=seg.upto, limit=HISTORY_CHUNK)
-                if not events:
-                    break
-                for e in events:
-                    snap = check.event(e)
-                    if snap is not None:
-                        check.snapshot(snap, engine.decode_snapshot(tx, snap))
-                lo = events[-1].version
-        # INSERT is allowed to the application, so rows can be forged past the head too;
-        # they are outside the chain walked above and would block the next append.
-        beyond = st.read_events(tx, row.pk, after=row.head, upto=MAX_VERSION, limit=1)
-        check.finish(beyond[0] if beyond else None)
+    try:
+        st = engine.storage
+        with st.read() as tx:
+            lineage = engine.lineage(tx, row)
+            segs = segments(lineage, row.head)
+            start = row.baseline
+            # Snapshots this session can be served, by version (baselines stand for deleted
+            # events and cannot be checked against them).
+            snaps: dict[int, SnapshotRow] = {}
+            for seg in segs:
+                for s in st.list_snapshots(tx, seg.session_pk, after=max(seg.after, start), upto=seg.upto):
+                    if s.reducer_version == REDUCER_VERSION:
+                        snaps[s.version] = s
+            base_state = engine.state_at(tx, row, start) if start else None
+            check = ChainCheck(row, engine.event_names(tx, lineage), base_state, snaps)
+            if base_state is not None:
+                _check_baseline(engine, tx, lineage, base_state, check)
+                _check_below_baseline(engine, tx, row, check)
+            for seg in segs:
+                lo = max(seg.after, start)
+                while lo < seg.upto:
+                    events = st.read_events(tx, seg.session_pk, after=lo, upto=seg.upto, limit=HISTORY_CHUNK)
+                    if not events:
+                        break
+                    for e in events:
+                        snap = check.event(e)
+                        if snap is not None:
+                            check.snapshot(snap, engine.decode_snapshot(tx, snap))
+                    lo = events[-1].version
+            # INSERT is allowed to the application, so rows can be forged past the head too;
+            # they are outside the chain walked above and would block the next append.
+            beyond = st.read_events(tx, row.pk, after=row.head, upto=MAX_VERSION, limit=1)
+            check.finish(beyond[0] if beyond else None)
+    except SegmentCorrupt as exc:
+        # A sealed segment that does not decode to its events: the session's reads fail.
+        check = ChainCheck(row, {row.pk: row.id}, None, {})
+        check.problem(int(exc.context.get("version", row.head)), "sealed-segment", exc.message)
     return check

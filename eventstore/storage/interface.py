@@ -20,7 +20,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, Protocol
 
 from eventstore.core.rows import (
     CatalogueEffect,
@@ -34,7 +34,10 @@ from eventstore.core.rows import (
     LoadParts,
     NewSession,
     RewindRow,
+    SealableTurn,
+    SealedEvent,
     Segment,
+    SegmentHead,
     SessionControl,
     SessionRow,
     SnapshotRow,
@@ -43,7 +46,7 @@ from eventstore.core.rows import (
 )
 from eventstore.errors import StorageError
 
-__all__ = ["Storage", "Tx", "EventIdRace", "ChangeWatcher", "AsyncChangeWatcher"]
+__all__ = ["Storage", "Tx", "EventIdRace", "ChangeWatcher", "AsyncChangeWatcher", "SegmentCoder"]
 
 #: An open transaction, opaque to callers (a SQLAlchemy ``Connection`` in practice).
 Tx = Any
@@ -104,6 +107,27 @@ class EventIdRace(StorageError):
 
     def __init__(self) -> None:
         super().__init__("an event id was recorded concurrently; retry", retryable=True)
+
+
+class SegmentCoder(Protocol):
+    """How sealed segment bodies are made and checked (``eventstore.core.segments``): the
+    engine hands it to its storage, which moves the bytes and imports no codec."""
+
+    def encode(self, events: Sequence[SealedEvent], hashed_as: str) -> bytes:
+        """The body of consecutive events hashed under the session id ``hashed_as``."""
+        ...
+
+    def decode(self, head: SegmentHead, body: bytes) -> list[SealedEvent]:
+        """The events of a segment, hashes recomputed; raises ``SegmentCorrupt``."""
+        ...
+
+    def chain_end(self, prev: bytes, hashed_as: str, rows: Sequence[EventRow]) -> bytes:
+        """The chain hash after ``rows`` recomputed from ``prev``."""
+        ...
+
+    def xact_digest(self, xacts: Sequence[int]) -> bytes:
+        """The digest of feed numbers in version order (``event_segments.xact_digest``)."""
+        ...
 
 
 class Storage(ABC):
@@ -346,6 +370,31 @@ class Storage(ABC):
     @abstractmethod
     def event_at(self, tx: Tx, session_pk: int, version: int) -> EventRow | None:
         """One event, or ``None`` when absent (never written, or compacted)."""
+
+    # -- sealed segments ------------------------------------------------------------------
+
+    def use_segments(self, coder: SegmentCoder) -> None:
+        """Read and write sealed segments with ``coder`` (the engine calls it once)."""
+        raise NotImplementedError
+
+    def sealable_turns(self, tx: Tx, session_pk: int | None, limit: int) -> list[SealableTurn]:
+        """Up to ``limit`` turns whose events are still rows and that a later turn of the
+        same session has closed (of one session, or of all), oldest session first."""
+        raise NotImplementedError
+
+    def lock_for_seal(self, tx: Tx, session_pk: int, *, wait: bool) -> SessionRow | None:
+        """Lock a session's row against appends while its turns are sealed (``None``: the
+        session is gone, or — without ``wait`` — another transaction holds it)."""
+        raise NotImplementedError
+
+    def seal_turn(self, tx: Tx, row: SessionRow, turn: SealableTurn, hashed_as: str) -> bool:
+        """Rewrite one turn's rows into one segment and delete them, in ``tx``.
+
+        Returns ``False`` (nothing written) when the rows are no longer all there, do not
+        hash to their recorded chain under ``hashed_as``, or (PostgreSQL) are not yet below
+        the feed's barrier; the turn is then tried again by a later call.
+        """
+        raise NotImplementedError
 
     # -- snapshots ----------------------------------------------------------------------
 

@@ -51,7 +51,7 @@ from sqlalchemy.util import await_
 
 from eventstore.core.rows import Band, CatalogueEffect, EventRow, LoadParts, SnapshotRow, TurnBatch
 from eventstore.errors import StorageError
-from eventstore.storage.interface import Tx
+from eventstore.storage.interface import SegmentCoder, Tx
 from eventstore.storage.postgres import PostgresStorage
 from eventstore.storage.sql import Compiled, SqlStorage, mask_url
 
@@ -235,6 +235,11 @@ class ReplicatedPostgresStorage(PostgresStorage):
     def replica_storages(self) -> list[PostgresStorage]:
         """The read-only storages on the replicas, in the order given."""
         return [r.storage for r in self._replicas]
+
+    def use_segments(self, coder: SegmentCoder) -> None:
+        super().use_segments(coder)
+        for storage in self.replica_storages:
+            storage.use_segments(coder)
 
     # -- writes: the primary, then remember that the position moved --------------------
 

@@ -13,7 +13,8 @@ Tables::
                         rowid, and (session_pk, version) unique)
     snapshot_blobs      a chunk of encoded top-level messages per row, keyed by its digest (shared)
     snapshots           a state every ``snapshot_every`` versions: status/error + message digests
-    compaction_permits  a row exists only inside a compaction transaction (lets DELETE through)
+    compaction_permits  a row exists only inside a compaction, erasure or sealing transaction
+                        (lets DELETE through)
     compactions         one row per compaction: binds the baseline to the chain (state digest,
                         and the hashes of the versions it removed, for checkpoint checks)
     tombstones          one row per erased session: what was erased, when, by whom and why
@@ -21,6 +22,8 @@ Tables::
                         metadata, when, and to what
     session_rewinds     one row per rewind: which row kept the old line under which id, the
                         row made for the session id, from which head to which version, who/why
+    event_segments      sealed segments: a closed turn's events as one compressed body (the
+                        rows it replaced are gone), with the hashes that check it
     feed_clock          SQLite only: the highest feed number ever deleted (never handed out again)
 
 Integers and bytes only: timestamps are microseconds since the Unix epoch (UTC), so both
@@ -57,6 +60,7 @@ __all__ = [
     "info_changes",
     "session_rewinds",
     "feed_clock",
+    "event_segments",
     "SQLITE_FEED_KEY",
     "BRIN_PAGES_PER_RANGE",
     "POSTGRESQL_ONLY",
@@ -282,4 +286,30 @@ feed_clock = Table(
     # deleted, so that a later insert never reuses it (PostgreSQL's xact never repeats).
     Column("id", Integer, primary_key=True, autoincrement=False),
     Column("xact", BigInteger, nullable=False),
+)
+
+
+event_segments = Table(
+    "event_segments",
+    metadata,
+    # The rows first_version..last_version of one session: whole turns, all closed (one
+    # turn, or a few consecutive small ones).
+    Column("session_pk", Integer, nullable=False),
+    Column("first_version", Integer, nullable=False),
+    Column("last_version", Integer, nullable=False),
+    Column("first_turn", Integer, nullable=False),
+    Column("last_turn", Integer, nullable=False),
+    # The feed numbers' range: the feed reads the segments whose range meets its band.
+    Column("min_xact", BigInteger, nullable=False),
+    Column("max_xact", BigInteger, nullable=False),
+    # The chain hash before the first event (checked through end_hash), the last event's
+    # hash and a digest of the events' feed numbers in version order: PostgreSQL's sealing
+    # function copies and computes these two from the rows, never from the caller.
+    Column("prev_hash", LargeBinary, nullable=False),
+    Column("end_hash", LargeBinary, nullable=False),
+    Column("xact_digest", LargeBinary, nullable=False),
+    # The events, columnar and compressed (eventstore/core/segments.py); no hashes.
+    Column("body", LargeBinary, nullable=False),
+    PrimaryKeyConstraint("session_pk", "first_version"),
+    Index("ix_event_segments_max_xact", "max_xact"),
 )

@@ -70,6 +70,7 @@ from eventstore.storage.schema import (
     snapshots,
     tombstones,
 )
+from eventstore.storage.sealed import Sealing
 from eventstore.storage.rewind_sql import keep_line, mark_line, record_rewind, select_rewinds
 from eventstore.storage.urls import mask_url
 from eventstore.storage.watch import AsyncProbe, Notifier, Probe, Signal, TaskWatcher, ThreadWatcher
@@ -428,7 +429,7 @@ def _snapshot(r: Any) -> SnapshotRow:
     )
 
 
-class SqlStorage(Storage):
+class SqlStorage(Sealing, Storage):
     """Storage on a SQLAlchemy engine; subclasses supply the dialect-specific parts."""
 
     #: the driver's base exception class (errors raised on the raw cursor).
@@ -477,6 +478,13 @@ class SqlStorage(Storage):
         self._q_latest: dict[tuple[int, int], Compiled] = {}
         self._q_blobs: dict[int, Compiled] = {}
         self._q_ordered_blobs = Compiled(_ordered_blobs(), d)
+        self._sealed_queries()
+
+    def _compile(self, stmt: Any) -> Compiled:
+        return Compiled(stmt, self.engine.dialect)
+
+    def _session_row(self, r: Any) -> SessionRow:
+        return session_row(r)
 
     # -- dialect hooks ------------------------------------------------------------------
 
@@ -959,6 +967,9 @@ class SqlStorage(Storage):
                 )
             ).all()
             out.extend(_event(r) for r in rows)
+        missing = set(event_ids) - {e.event_id for e in out if e.event_id is not None}
+        if missing:
+            out += self._sealed_by_id(tx, session_pk, missing)
         out.sort(key=lambda e: e.version)
         return out
 
@@ -979,17 +990,21 @@ class SqlStorage(Storage):
             "upto": upto,
             "lim": _NO_LIMIT if limit is None else limit,
         }
-        return [_event(r) for r in self._fetchall(tx, q, params)]
+        rows = [_event(r) for r in self._fetchall(tx, q, params)]
+        return self._merge_range(tx, session_pk, rows, after=after, upto=upto, limit=limit, desc=desc)
 
     def read_payloads(self, tx: Tx, session_pk: int, *, after: int, upto: int) -> list[bytes]:
         rows = self._fetchall(
             tx, self._q_read_payloads, {"pk": session_pk, "after": after, "upto": upto}
         )
+        if len(rows) < upto - after:
+            # Some are sealed (or missing): the merged read says which.
+            return [e.payload for e in self.read_events(tx, session_pk, after=after, upto=upto)]
         return [r[0] if type(r[0]) is bytes else bytes(r[0]) for r in rows]
 
     def event_at(self, tx: Tx, session_pk: int, version: int) -> EventRow | None:
         r = self._fetchone(tx, self._q_event_at, {"pk": session_pk, "version": version})
-        return None if r is None else _event(r)
+        return self._sealed_event_at(tx, session_pk, version) if r is None else _event(r)
 
     # -- feed -------------------------------------------------------------------------------
 
@@ -1001,14 +1016,24 @@ class SqlStorage(Storage):
     ) -> list[FeedRow]:
         x, s, v = (-1, 0, 0) if after is None else after
         params = {"x": x, "s": s, "v": v, "lim": limit}
-        return [FeedRow._make(r) for r in self._fetchall(tx, self._q_feed, params)]
+        rows = [FeedRow._make(r) for r in self._fetchall(tx, self._q_feed, params)]
+        return self._merge_feed(tx, rows, after=(x, s, v), limit=limit)
 
     def read_band(self, *, after: tuple[int, int, int] | None, limit: int, upto: int) -> Band:
         assert self._q_band is not None, "only a banded storage reads bands"
         with self.read() as tx:
             self._before_band(tx)
             rows = self._fetchall(tx, self._q_band, self._band_params(after, limit, upto))
-            return self._band(rows, lambda pks: self._fetchall(tx, self._q_session_ids, {"pks": pks}))
+            band = self._band(rows, lambda pks: self._fetchall(tx, self._q_session_ids, {"pks": pks}))
+            return self._sealed_band(tx, band, after, limit, upto)
+
+    def _sealed_band(
+        self, tx: Tx, band: Band, after: tuple[int, int, int] | None, limit: int, upto: int
+    ) -> Band:
+        """A band with the sealed events of its range merged in (read in ``tx``)."""
+        key = (-1, 0, 0) if after is None else after
+        rows = self._merge_feed(tx, band.rows, after=key, limit=limit, top=min(upto, band.below - 1))
+        return band if rows is band.rows else Band(band.below, rows, band.pending)
 
     @staticmethod
     def _band_params(after: tuple[int, int, int] | None, limit: int, upto: int) -> dict[str, int]:
@@ -1184,6 +1209,14 @@ class SqlStorage(Storage):
             payloads = self._fetchall(
                 tx, self._q_read_payloads, {"pk": row.pk, "after": base, "upto": v}
             )
+            sealed: tuple[tuple[int, bytes], ...] = ()
+            if len(payloads) != v - base:
+                # Some are sealed: their payloads are merged in by version (any other gap
+                # takes the general path).
+                found = self._fetchall(tx, self._q_segments, {"pk": row.pk, "after": base, "upto": v})
+                sealed = self._sealed_payloads(found, base, v)
+                if len(payloads) + len(sealed) != v - base:
+                    return LoadParts(row)
         return LoadParts(
             row,
             complete=True,
@@ -1194,6 +1227,7 @@ class SqlStorage(Storage):
             n_found=n_found,
             tail=b",".join(p for (p,) in payloads),
             n_tail=len(payloads),
+            sealed=sealed,
         )
 
     # -- compaction ---------------------------------------------------------------------
@@ -1230,7 +1264,7 @@ class SqlStorage(Storage):
             )
         )
         tx.execute(delete(compaction_permits).where(compaction_permits.c.session_pk == session_pk))
-        return int(deleted or 0)
+        return int(deleted or 0) + self._cut_segments(tx, session_pk, after=keep_upto, upto=upto)
 
 
     # -- audit: compaction records, erasure, blob collection ------------------------------
@@ -1247,15 +1281,10 @@ class SqlStorage(Storage):
     ) -> CompactionRow:
         row = self.get_session_by_pk(tx, session_pk)
         first = max(row.baseline, row.fork_version or 0) + 1
-        found = tx.execute(
-            select(events.c.version, events.c.hash, events.c.turn)
-            .where(
-                events.c.session_pk == session_pk,
-                events.c.version >= first,
-                events.c.version <= upto,
-            )
-            .order_by(events.c.version)
-        ).all()
+        found = [
+            (e.version, e.hash, e.turn)
+            for e in self.read_events(tx, session_pk, after=first - 1, upto=upto)
+        ]
         if upto < first or [r[0] for r in found] != list(range(first, upto + 1)):
             raise StorageError(
                 f"cannot record a compaction of session {row.id!r} up to {upto}: its events "
@@ -1352,6 +1381,7 @@ class SqlStorage(Storage):
             ):
                 released.update(_split_digests(bytes(md)))
             n_events += tx.execute(delete(events).where(events.c.session_pk.in_(in_chunk))).rowcount
+            n_events += self._drop_segments(tx, in_chunk)
             n_snapshots += tx.execute(
                 delete(snapshots).where(snapshots.c.session_pk.in_(in_chunk))
             ).rowcount

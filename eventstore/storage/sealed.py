@@ -1,0 +1,414 @@
+"""Sealed segments in SQL, for both backends: the readers' merge, and sealing itself.
+
+A sealed turn's events are not rows of ``events`` any more but one ``event_segments`` row
+(see ``eventstore/core/segments.py`` for the body). Every reader of events in
+:class:`~eventstore.storage.sql.SqlStorage` reads its rows as before and then passes them
+through one of the merges here, which add the events of the segments overlapping what was
+asked (by version for a session, by feed number for the feed), decoded and checked. So
+the engine and the features see exactly the rows they saw before sealing.
+
+Sealing (:meth:`Sealing.seal_turn`) reads a closed turn's rows under the session's row
+lock, checks their chain, encodes them and writes the segment in place of the rows in the
+caller's transaction: on SQLite under a compaction permit, on PostgreSQL through the
+owner's ``eventstore_seal`` function (the dialect's :meth:`Sealing._write_segment`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import bindparam, delete, func, insert, select
+
+from eventstore.core.rows import (
+    ZERO_HASH,
+    EventRow,
+    FeedRow,
+    SealableTurn,
+    SealedEvent,
+    SegmentHead,
+    SessionRow,
+)
+from eventstore.errors import SegmentCorrupt, StorageError
+from eventstore.storage.interface import SegmentCoder, Tx
+from eventstore.storage.schema import compaction_permits, event_segments, events, sessions
+
+__all__ = ["Sealing"]
+
+_P = bindparam
+_S = event_segments.c
+_HEAD_COLS = (
+    _S.session_pk,
+    _S.first_version,
+    _S.last_version,
+    _S.prev_hash,
+    _S.end_hash,
+    _S.xact_digest,
+    _S.min_xact,
+    _S.max_xact,
+)
+_EVENT_COLS = (
+    events.c.session_pk,
+    events.c.version,
+    events.c.event_id,
+    events.c.type,
+    events.c.turn,
+    events.c.payload,
+    events.c.recorded_at,
+    events.c.actor,
+    events.c.metadata,
+    events.c.hash,
+    events.c.native,
+)
+
+# A session's segments meeting (after, upto], with their bodies, in version order.
+S_SEGMENTS = (
+    select(*_HEAD_COLS, _S.body)
+    .where(_S.session_pk == _P("pk"), _S.last_version > _P("after"), _S.first_version <= _P("upto"))
+    .order_by(_S.first_version)
+)
+# The same without bodies, either way round (a limited read decodes only what it needs).
+_HEADS = select(*_HEAD_COLS).where(
+    _S.session_pk == _P("pk"), _S.last_version > _P("after"), _S.first_version <= _P("upto")
+)
+S_HEADS_ASC = _HEADS.order_by(_S.first_version)
+S_HEADS_DESC = _HEADS.order_by(_S.first_version.desc())
+S_BODY = select(_S.body).where(_S.session_pk == _P("pk"), _S.first_version == _P("first"))
+# The feed: segments whose feed numbers meet [x, top], each with its session's id.
+S_FEED_HEADS = (
+    select(*_HEAD_COLS, sessions.c.id)
+    .join_from(event_segments, sessions, sessions.c.pk == _S.session_pk)
+    .where(_S.max_xact >= _P("x"), _S.min_xact <= _P("top"))
+    .order_by(_S.min_xact)
+)
+_NO_TOP = 2**62
+
+
+def _head(r: Any) -> SegmentHead:
+    return SegmentHead(r[0], r[1], r[2], bytes(r[3]), bytes(r[4]), bytes(r[5]), r[6], r[7])
+
+
+def _no_duplicates(rows: Sequence[EventRow]) -> None:
+    for a, b in zip(rows, rows[1:]):
+        if a.version == b.version and a.session_pk == b.session_pk:
+            raise SegmentCorrupt(
+                f"session row {a.session_pk} version {a.version} is both a row and sealed: "
+                "an event row was inserted into a sealed range; run `eventstore verify`",
+                version=a.version,
+            )
+
+
+class Sealing:
+    """The sealed-segment half of :class:`~eventstore.storage.sql.SqlStorage`."""
+
+    segment_coder: SegmentCoder | None = None
+
+    # Supplied by SqlStorage.
+    def _fetchall(self, tx: Tx, q: Any, params: Any) -> list[Any]:
+        raise NotImplementedError
+
+    def _fetchone(self, tx: Tx, q: Any, params: Any) -> Any:
+        raise NotImplementedError
+
+    def _compile(self, stmt: Any) -> Any:
+        raise NotImplementedError
+
+    def _session_row(self, r: Any) -> SessionRow:
+        raise NotImplementedError
+
+    def _sealed_queries(self) -> None:
+        c = self._compile
+        self._q_segments = c(S_SEGMENTS)
+        self._q_heads_asc = c(S_HEADS_ASC)
+        self._q_heads_desc = c(S_HEADS_DESC)
+        self._q_body = c(S_BODY)
+        self._q_feed_heads = c(S_FEED_HEADS)
+
+    def use_segments(self, coder: SegmentCoder) -> None:
+        self.segment_coder = coder
+
+    def _decode(self, head: SegmentHead, body: Any) -> list[SealedEvent]:
+        coder = self.segment_coder
+        if coder is None:
+            raise StorageError("this storage holds sealed segments but was given no segment codec")
+        return coder.decode(head, bytes(body))
+
+    # -- reads by version ---------------------------------------------------------------
+
+    def _merge_range(
+        self,
+        tx: Tx,
+        session_pk: int,
+        rows: list[EventRow],
+        *,
+        after: int,
+        upto: int,
+        limit: int | None,
+        desc: bool,
+    ) -> list[EventRow]:
+        """``rows`` (of ``events``, in the asked order) with the sealed events of the range."""
+        params = {"pk": session_pk, "after": after, "upto": upto}
+        out = list(rows)
+        if limit is None:
+            found = self._fetchall(tx, self._q_segments, params)
+            if not found:
+                return rows
+            for r in found:
+                out += [e.row for e in self._decode(_head(r), r[8]) if after < e.row.version <= upto]
+        else:
+            heads = self._fetchall(tx, self._q_heads_desc if desc else self._q_heads_asc, params)
+            if not heads:
+                return rows
+            for r in heads:
+                h = _head(r)
+                if len(out) >= limit:
+                    out.sort(key=lambda e: e.version, reverse=desc)
+                    del out[limit:]
+                    edge = out[-1].version
+                    # Every event of this segment and the next ones lies beyond the cut.
+                    if (h.last_version < edge) if desc else (h.first_version > edge):
+                        break
+                body = self._fetchone(tx, self._q_body, {"pk": session_pk, "first": h.first_version})
+                if body is None:
+                    continue  # compacted or erased since the heads were read
+                out += [e.row for e in self._decode(h, body[0]) if after < e.row.version <= upto]
+        out.sort(key=lambda e: e.version, reverse=desc)
+        _no_duplicates(out)
+        return out if limit is None else out[:limit]
+
+    def _sealed_payloads(self, found: Sequence[Any], after: int, upto: int) -> tuple[tuple[int, bytes], ...]:
+        """``(version, payload)`` of the sealed events in ``(after, upto]``, from rows of
+        :data:`S_SEGMENTS` (a load's sealed part of its tail)."""
+        out: list[tuple[int, bytes]] = []
+        for r in found:
+            out += [(e.row.version, e.row.payload) for e in self._decode(_head(r), r[8]) if after < e.row.version <= upto]
+        out.sort()
+        return tuple(out)
+
+    def _sealed_event_at(self, tx: Tx, session_pk: int, version: int) -> EventRow | None:
+        found = self._merge_range(tx, session_pk, [], after=version - 1, upto=version, limit=None, desc=False)
+        return found[0] if found else None
+
+    def _sealed_by_id(self, tx: Tx, session_pk: int, event_ids: set[str]) -> list[EventRow]:
+        """The sealed events of a session carrying any of these ids."""
+        found = self._fetchall(tx, self._q_segments, {"pk": session_pk, "after": 0, "upto": 2**31 - 1})
+        out: list[EventRow] = []
+        for r in found:
+            out += [e.row for e in self._decode(_head(r), r[8]) if e.row.event_id in event_ids]
+        return out
+
+    # -- the feed -------------------------------------------------------------------------
+
+    def _merge_feed(
+        self,
+        tx: Tx,
+        rows: list[FeedRow],
+        *,
+        after: tuple[int, int, int],
+        limit: int,
+        top: int | None = None,
+    ) -> list[FeedRow]:
+        """A feed page's ``rows`` with the sealed events after ``after`` (and at or below
+        ``top``), in feed order, cut at ``limit``."""
+        x = after[0]
+        top = _NO_TOP if top is None else top
+        heads = self._fetchall(tx, self._q_feed_heads, {"x": x, "top": top})
+        if not heads:
+            return rows
+        # Each segment holds an event at its min_xact, so the limit-th smallest of the rows'
+        # numbers and the segments' lowest ones bounds the page: later segments are not read.
+        marks = sorted([r[10] for r in rows] + [h[6] for h in heads if h[6] > x])
+        bound = min(top, marks[limit - 1]) if len(marks) >= limit else top
+        out = list(rows)
+        for r in heads:
+            if r[6] > bound:
+                break
+            h = _head(r)
+            body = self._fetchone(tx, self._q_body, {"pk": h.session_pk, "first": h.first_version})
+            if body is None:
+                continue
+            sid = r[8]
+            for e in self._decode(h, body[0]):
+                w = e.row
+                if (e.xact, w.session_pk, w.version) > after and e.xact <= top:
+                    out.append(
+                        FeedRow(
+                            w.session_pk, w.version, w.event_id, w.type, w.turn, w.payload,
+                            w.recorded_at, w.actor, w.metadata, w.hash, e.xact, sid, w.native,
+                        )
+                    )
+        # A row read before a seal and its sealed copy read after it are one event.
+        unique = {(r[10], r[0], r[1]): r for r in out}
+        return [unique[k] for k in sorted(unique)][:limit]
+
+    # -- sealing ----------------------------------------------------------------------------
+
+    def sealable_turns(self, tx: Tx, session_pk: int | None, limit: int) -> list[SealableTurn]:
+        e = events.c
+        stmt = (
+            select(e.session_pk, e.turn, func.min(e.version), func.max(e.version))
+            .join_from(events, sessions, sessions.c.pk == e.session_pk)
+            .where(e.turn < sessions.c.head_turn)
+            .group_by(e.session_pk, e.turn)
+            .order_by(e.session_pk, e.turn)
+            .limit(limit)
+        )
+        if session_pk is not None:
+            stmt = stmt.where(e.session_pk == session_pk)
+        return [SealableTurn(r[0], r[1], r[2], r[3], r[1]) for r in tx.execute(stmt)]
+
+    def lock_for_seal(self, tx: Tx, session_pk: int, *, wait: bool) -> SessionRow | None:
+        stmt = self._seal_lock(select(*sessions.c).where(sessions.c.pk == session_pk), wait)
+        r = tx.execute(stmt).first()
+        return None if r is None else self._session_row(r)
+
+    def _seal_lock(self, stmt: Any, wait: bool) -> Any:
+        """Row locking for :meth:`lock_for_seal` (SQLite: BEGIN IMMEDIATE locked already)."""
+        return stmt
+
+    def _seal_barrier(self, tx: Tx) -> int | None:
+        """The feed number every sealed event must lie below (``None``: any)."""
+        return None
+
+    def _hash_before(self, tx: Tx, row: SessionRow, version: int) -> bytes | None:
+        """The chain hash of version ``version`` of the session (its own row or segment,
+        its baseline, or its parent's at the fork), or ``None`` when it is not found."""
+        if version == 0:
+            return ZERO_HASH
+        r = tx.execute(
+            select(events.c.hash).where(events.c.session_pk == row.pk, events.c.version == version)
+        ).first()
+        if r is not None:
+            return bytes(r[0])
+        r = tx.execute(
+            select(_S.end_hash).where(_S.session_pk == row.pk, _S.last_version == version)
+        ).first()
+        if r is not None:
+            return bytes(r[0])
+        if row.baseline == version and row.baseline_hash is not None:
+            return row.baseline_hash
+        if row.parent_pk is not None and row.fork_version == version:
+            got: bytes | None = self.recorded_hash(tx, row.parent_pk, version)  # type: ignore[attr-defined]
+            return got
+        return None
+
+    def seal_turn(self, tx: Tx, row: SessionRow, turn: SealableTurn, hashed_as: str) -> bool:
+        coder = self.segment_coder
+        if coder is None:
+            raise StorageError("this storage was given no segment codec")
+        e = events.c
+        found = tx.execute(
+            select(*_EVENT_COLS, e.xact)
+            .where(e.session_pk == row.pk, e.version >= turn.first, e.version <= turn.last)
+            .order_by(e.version)
+        ).all()
+        sealed = [
+            SealedEvent(
+                EventRow(
+                    r[0], r[1], r[2], r[3], r[4], bytes(r[5]), r[6], r[7],
+                    None if r[8] is None else bytes(r[8]), bytes(r[9]),
+                    None if r[10] is None else bytes(r[10]),
+                ),
+                int(r[11]),
+            )
+            for r in found
+        ]
+        rows = [s.row for s in sealed]
+        if (
+            [r.version for r in rows] != list(range(turn.first, turn.last + 1))
+            or any(not turn.turn <= r.turn <= turn.last_turn for r in rows)
+            or turn.last_turn >= row.head_turn
+        ):
+            return False
+        barrier = self._seal_barrier(tx)
+        if barrier is not None and max(s.xact for s in sealed) >= barrier:
+            return False
+        prev = self._hash_before(tx, row, turn.first - 1)
+        if prev is None or coder.chain_end(prev, hashed_as, rows) != rows[-1].hash:
+            return False  # a chain that does not verify stays rows, for verify to report
+        body = coder.encode(sealed, hashed_as)
+        self._write_segment(tx, row.pk, turn, prev, body, sealed)
+        return True
+
+    def _write_segment(
+        self, tx: Tx, pk: int, turn: SealableTurn, prev: bytes, body: bytes, sealed: Sequence[SealedEvent]
+    ) -> None:
+        """Insert the segment and delete its rows (SQLite: under a compaction permit)."""
+        coder = self.segment_coder
+        assert coder is not None
+        xacts = [s.xact for s in sealed]
+        tx.execute(
+            insert(event_segments).values(
+                session_pk=pk,
+                first_version=turn.first,
+                last_version=turn.last,
+                first_turn=turn.turn,
+                last_turn=turn.last_turn,
+                min_xact=min(xacts),
+                max_xact=max(xacts),
+                prev_hash=prev,
+                end_hash=sealed[-1].row.hash,
+                xact_digest=coder.xact_digest(xacts),
+                body=body,
+            )
+        )
+        tx.execute(insert(compaction_permits).values(session_pk=pk, upto=turn.last))
+        tx.execute(
+            delete(events).where(
+                events.c.session_pk == pk, events.c.version >= turn.first, events.c.version <= turn.last
+            )
+        )
+        tx.execute(delete(compaction_permits).where(compaction_permits.c.session_pk == pk))
+
+    # -- compaction and erasure -------------------------------------------------------------
+
+    def _cut_segments(self, tx: Tx, session_pk: int, *, after: int, upto: int) -> int:
+        """Remove the sealed events in ``(after, upto]`` (compaction): segments wholly inside
+        go; one that straddles a bound is decoded, its events outside the range put back as
+        rows (with their feed numbers: positions do not move; a later seal takes them again)
+        and it goes. Returns how many sealed events were removed."""
+        found = self._fetchall(tx, self._q_segments, {"pk": session_pk, "after": after, "upto": upto})
+        removed = 0
+        for r in found:
+            h = _head(r)
+            if after < h.first_version and h.last_version <= upto:
+                removed += h.last_version - h.first_version + 1
+                continue
+            sealed = self._decode(h, r[8])
+            kept = [e for e in sealed if not after < e.row.version <= upto]
+            removed += len(sealed) - len(kept)
+            if kept:
+                tx.execute(
+                    insert(events),
+                    [
+                        {
+                            "session_pk": e.row.session_pk, "version": e.row.version,
+                            "event_id": e.row.event_id, "type": e.row.type, "turn": e.row.turn,
+                            "payload": e.row.payload, "recorded_at": e.row.recorded_at,
+                            "actor": e.row.actor, "metadata": e.row.metadata, "hash": e.row.hash,
+                            "xact": e.xact, "native": e.row.native,
+                        }
+                        for e in kept
+                    ],
+                )
+            tx.execute(
+                delete(event_segments).where(
+                    _S.session_pk == session_pk, _S.first_version == h.first_version
+                )
+            )
+        tx.execute(
+            delete(event_segments).where(
+                _S.session_pk == session_pk, _S.first_version > after, _S.last_version <= upto
+            )
+        )
+        return removed
+
+    def _drop_segments(self, tx: Tx, session_pks: Sequence[int]) -> int:
+        """Delete every segment of these sessions (erasure): how many events they held."""
+        where = _S.session_pk.in_(list(session_pks))
+        n = tx.execute(
+            select(func.coalesce(func.sum(_S.last_version - _S.first_version + 1), 0)).where(where)
+        ).scalar()
+        tx.execute(delete(event_segments).where(where))
+        return int(n or 0)
+
