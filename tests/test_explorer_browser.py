@@ -4,13 +4,15 @@ The server runs in this process on a loopback port (tests/explorer_server.py); t
 is Debian's chromium (tests/chromium.py: if it cannot start, these tests FAIL). Each page
 is checked for what a reader sees, that its script works (scrubbing, keyboard, live
 events), that text from the log is shown literally and nothing from it runs, and that
-no request left the server (the browser's network log and its resource entries). The
-SQLite run saves a screenshot of each page into docs/explorer/ for docs/explorer.md.
+no request left the server (the browser's network log and its resource entries). With
+``EVENTSTORE_SCREENSHOTS=1`` the SQLite run saves a screenshot of each page into
+docs/explorer/ for docs/explorer.md; otherwise a test run never writes into the tree.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -80,7 +82,7 @@ class Pages:
         entries = self.b.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
         assert all(str(u).startswith(self.base + "/") for u in entries), entries
         assert self.b.execute_script("return typeof window.__pwned") == "undefined"
-        if shot is not None and self.backend == "sqlite":
+        if shot is not None and self.backend == "sqlite" and os.environ.get("EVENTSTORE_SCREENSHOTS") == "1":
             SHOTS.mkdir(parents=True, exist_ok=True)
             self.b.save_screenshot(str(SHOTS / f"{shot}.png"))
 
