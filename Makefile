@@ -5,6 +5,10 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
+# pytest-xdist workers for `make test`: many tests wait on PostgreSQL or on a subprocess,
+# not on the CPU, so a 2-core machine keeps 3 busy. `make test TEST_WORKERS=0` runs the
+# suite in one process; one file alone, serially: `pytest tests/test_x.py` (no -n).
+TEST_WORKERS ?= 3
 # The demo needs eventstore alone: its own stamp installs `-e .` without the test extras
 # (`make test` later adds them through $(STAMP)).
 DEMO_STAMP := $(VENV)/.demo-stamp
@@ -37,7 +41,7 @@ test: $(STAMP) $(JS_STAMP)
 	# The suite starts the CLI hundreds of times: with the bytecode cache written once,
 	# no run recompiles the package (even where PYTHONDONTWRITEBYTECODE is set).
 	$(PY) -m compileall -q eventstore cli/eventstore_cli
-	scripts/with-postgres $(PY) -m pytest $(PYTEST_ARGS)
+	scripts/with-postgres $(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 demo: $(DEMO_STAMP)
 	$(VENV)/bin/eventstore demo
