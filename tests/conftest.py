@@ -65,6 +65,25 @@ def pg_schema() -> Iterator[str]:
             conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
+#: The pytest-xdist group (``--dist loadgroup``, see pyproject.toml) of the tests that stop,
+#: pause or read the suite's one streaming replica: they run one after another on one
+#: worker, and no other test touches the replica. A test is in it when it takes the
+#: ``replica_url`` fixture or lives in test_replicas.py; any other test that reaches the
+#: replica says so with ``@pytest.mark.xdist_group(REPLICA_GROUP)``.
+REPLICA_GROUP = "pg-replica"
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Put every test of the streaming replica in :data:`REPLICA_GROUP`."""
+    for item in items:
+        module = getattr(item, "module", None)
+        if "replica_url" in getattr(item, "fixturenames", ()) or (
+            module is not None and module.__name__ == "test_replicas"
+        ):
+            item.add_marker(pytest.mark.xdist_group(REPLICA_GROUP))
+
+
 #: The two forms of the store a module marked ``twins`` runs against.
 TWINS = ["sync", "async"]
 

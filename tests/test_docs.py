@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from conftest import REPLICA_GROUP
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -103,7 +104,21 @@ def _chain_id(chain: list[Block]) -> str:
     return f"{chain[0].page}:{chain[0].line}"
 
 
-@pytest.mark.parametrize("chain", CHAINS, ids=[_chain_id(c) for c in CHAINS])
+def _reads_the_replica(chain: list[Block]) -> bool:
+    """Whether the chain writes a second distinct PostgreSQL URL (run on the replica)."""
+    if _first_line(chain[0]).startswith(NOT_RUN):
+        return False
+    return len({literal for block in chain for literal in pg_literals(block.code)}) > 1
+
+
+@pytest.mark.parametrize(
+    "chain",
+    [
+        pytest.param(c, marks=[pytest.mark.xdist_group(REPLICA_GROUP)] if _reads_the_replica(c) else [])
+        for c in CHAINS
+    ],
+    ids=[_chain_id(c) for c in CHAINS],
+)
 def test_python_blocks_run(
     chain: list[Block],
     tmp_path: Path,

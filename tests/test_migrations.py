@@ -75,7 +75,11 @@ def _feed_storage(engine: Engine) -> str:
     with engine.connect() as conn:
         if engine.dialect.name == "postgresql":
             rows = conn.execute(
-                text("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'events' AND indexdef LIKE '%xact%'")
+                # This test's schema only: other tests' schemas on the server have the index too.
+                text(
+                    "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() "
+                    "AND tablename = 'events' AND indexdef LIKE '%xact%'"
+                )
             ).all()
             return "; ".join(f"{name}: {' '.join(d.split(' USING ')[1:])}" for name, d in rows)
         ddl = conn.execute(text("SELECT sql FROM sqlite_master WHERE name = 'events'")).scalar_one()

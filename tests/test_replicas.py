@@ -22,7 +22,7 @@ import psycopg
 import pytest
 from sqlalchemy import create_engine
 
-from conftest import make_store, pg_admin_url
+from conftest import REPLICA_GROUP, make_store, pg_admin_url
 from eventstore.errors import StorageError
 from eventstore.samples import chat_session
 from eventstore import AsyncEventStore, EventStore
@@ -31,7 +31,8 @@ from eventstore.storage.replicas import read_only_url
 
 REPLICA_ENV = "EVENTSTORE_TEST_PG_REPLICA_URL"
 
-pytestmark = pytest.mark.twins  # the tests that take the `twin` fixture run on both
+# The tests that take the `twin` fixture run on both; all of them in the replica group.
+pytestmark = [pytest.mark.twins, pytest.mark.xdist_group(REPLICA_GROUP)]
 
 
 def _replica_base() -> str:

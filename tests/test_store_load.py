@@ -9,6 +9,7 @@ version, refuse the same bad versions, and fail loudly on a missing blob.
 from __future__ import annotations
 
 import random
+import uuid
 from typing import Any
 
 import pytest
@@ -211,17 +212,21 @@ def test_a_load_survives_killed_pooled_connections(
     if not socket_shows_it:
         monkeypatch.setattr(pg_mod, "_readable", lambda _conn: False)
     actions = chat_session(2, seed=3)
-    with make_store(pg_schema, snapshot_every=16) as store:
+    # Only this store's backends are killed: the server is shared with other tests (and
+    # with the other pytest-xdist workers), whose connections must live on.
+    tag = f"es-load-{uuid.uuid4().hex[:10]}"
+    with make_store(f"{pg_schema}&application_name={tag}", snapshot_every=16) as store:
         store.append("s", actions)
         expected = fold_json(None, actions)
         assert store.load("s").to_json() == expected
         dsn = pg_schema.replace("postgresql+psycopg://", "postgresql://", 1)
         for _ in range(3):
             with psycopg.connect(dsn, autocommit=True) as admin:
-                admin.execute(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                    "WHERE pid <> pg_backend_pid() AND datname = current_database() "
-                    "AND backend_type = 'client backend'"
-                )
+                killed = admin.execute(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE pid <> pg_backend_pid() AND application_name = %s",
+                    (tag,),
+                ).fetchone()
+            assert killed is not None and killed[0] >= 1, "the store had no pooled connection"
             assert store.load("s").to_json() == expected
             assert store.load("s", version=5).to_json() == fold_json(None, actions[:5])
