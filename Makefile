@@ -5,11 +5,11 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
-# pytest-xdist workers for `make test` (0: one process). It stays 0 until the replica
-# tests' xdist group is seen to hold them on one worker: `TEST_WORKERS=3` runs them beside
-# each other today, and one stops the replica under another. One file, serially:
+# pytest-xdist workers for `make test`'s parallel phase (0: the whole suite in one
+# process). Tests that stop, pause or restart a server run afterwards, one at a time
+# (scripts/run-tests; tests/conftest.py marks them `serial`). One file, serially:
 # `pytest tests/test_x.py` (no -n).
-TEST_WORKERS ?= 0
+TEST_WORKERS ?= 2
 # The demo needs eventstore alone: its own stamp installs `-e .` without the test extras
 # (`make test` later adds them through $(STAMP)).
 DEMO_STAMP := $(VENV)/.demo-stamp
@@ -42,7 +42,7 @@ test: $(STAMP) $(JS_STAMP)
 	# The suite starts the CLI hundreds of times: with the bytecode cache written once,
 	# no run recompiles the package (even where PYTHONDONTWRITEBYTECODE is set).
 	$(PY) -m compileall -q eventstore cli/eventstore_cli
-	scripts/with-postgres $(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
+	TEST_WORKERS=$(TEST_WORKERS) scripts/with-postgres scripts/run-tests $(PY) $(PYTEST_ARGS)
 
 demo: $(DEMO_STAMP)
 	$(VENV)/bin/eventstore demo

@@ -73,15 +73,24 @@ def pg_schema() -> Iterator[str]:
 REPLICA_GROUP = "pg-replica"
 
 
+#: Modules whose every test runs in the serial phase: they restart or stop servers
+#: (private clusters, the shared replica) or kill processes and connections on a clock.
+SERIAL_MODULES = {"test_replicas", "test_restart", "test_crash", "test_follow_feed"}
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Put every test of the streaming replica in :data:`REPLICA_GROUP`."""
+    """Mark ``serial`` (scripts/run-tests runs them alone, after the parallel phase) every
+    test of the streaming replica and of :data:`SERIAL_MODULES`, and keep the replica's in
+    :data:`REPLICA_GROUP` for a run with ``--dist loadgroup``."""
     for item in items:
         module = getattr(item, "module", None)
-        if "replica_url" in getattr(item, "fixturenames", ()) or (
-            module is not None and module.__name__ == "test_replicas"
-        ):
+        name = module.__name__ if module is not None else ""
+        replica = "replica_url" in getattr(item, "fixturenames", ()) or name == "test_replicas"
+        if replica:
             item.add_marker(pytest.mark.xdist_group(REPLICA_GROUP))
+        if replica or name in SERIAL_MODULES:
+            item.add_marker(pytest.mark.serial)
 
 
 #: The two forms of the store a module marked ``twins`` runs against.

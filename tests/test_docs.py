@@ -114,7 +114,7 @@ def _reads_the_replica(chain: list[Block]) -> bool:
 @pytest.mark.parametrize(
     "chain",
     [
-        pytest.param(c, marks=[pytest.mark.xdist_group(REPLICA_GROUP)] if _reads_the_replica(c) else [])
+        pytest.param(c, marks=[pytest.mark.xdist_group(REPLICA_GROUP), pytest.mark.serial] if _reads_the_replica(c) else [])
         for c in CHAINS
     ],
     ids=[_chain_id(c) for c in CHAINS],
