@@ -500,6 +500,36 @@ def test_a_page_whose_read_transaction_fails_before_it_ends_is_read_again(
     assert [(e.session_id, e.version) for e in got] == [("a", 1), ("b", 1)]
 
 
+def test_a_page_whose_events_could_not_be_named_is_read_again(db_url: str, backend: str) -> None:
+    """The interleaving behind a gap a server restart made at the feed's start: the first
+    page was read, then the read naming its events (a transaction of its own) lost its
+    connection. The retried read must hand that page out, not start after it."""
+    from eventstore.engine.engine import Engine
+
+    with make_store(db_url) as store:
+        store.append("a", [_send(0)])
+        store.append("b", [_send(0)])
+    engine = Engine(db_url)
+    st = engine.storage
+    step, failed = st.list_rewinds, []
+
+    def dying_step(*args: Any, **kwargs: Any) -> Any:
+        if not failed:
+            failed.append(True)
+            engine.append("c", [_send(0)])  # a later commit, so the retried read has more to find
+            raise StorageError("connection lost", retryable=True)
+        return step(*args, **kwargs)
+
+    setattr(st, "list_rewinds", dying_step)
+    try:
+        with engine.feed(idle_timeout=SAFETY) as follower:
+            got = list(itertools.islice(follower, 3))
+    finally:
+        engine.close()
+    assert failed
+    assert [(e.session_id, e.version) for e in got] == [("a", 1), ("b", 1), ("c", 1)]
+
+
 def test_sqlite_gap_a_held_write_transaction_is_delivered_when_it_commits(tmp_path: Any) -> None:
     path = tmp_path / "events.db"
     with make_store(f"sqlite:///{path}") as store:
@@ -672,6 +702,42 @@ def test_async_follow_and_feed_match_the_sync_ones(db_url: str, raw_engine: Engi
 
     middle = len(sync) // 2
     assert _arun(resume(sync[middle].position)) == [(e.session_id, e.version) for e in sync[middle + 1 :]]
+
+
+def test_async_feed_reads_again_a_page_whose_events_could_not_be_named(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The async twin drives the same plan: a page whose naming read lost its connection
+    is handed out by the retried read, not skipped."""
+    from eventstore.engine import reads
+
+    with make_store(db_url) as store:
+        store.append("a", [_send(0)])
+        store.append("b", [_send(0)])
+    step, failed = reads.feed_names, []
+
+    def dying_step(*args: Any, **kwargs: Any) -> Any:
+        if not failed:
+            failed.append(True)
+            raise StorageError("connection lost", retryable=True)
+        return step(*args, **kwargs)
+
+    monkeypatch.setattr(reads, "feed_names", dying_step)
+
+    async def main() -> list[tuple[str, int]]:
+        async with AsyncEventStore(db_url) as astore:
+            got: list[tuple[str, int]] = []
+            feed = astore.feed(idle_timeout=SAFETY)
+            async for ev in feed:
+                got.append((ev.session_id, ev.version))
+                if len(got) == 2:
+                    break
+            await feed.aclose()
+            return got
+
+    got = _arun(main())
+    assert failed
+    assert got == [("a", 1), ("b", 1)]
 
 
 def test_async_follow_refuses_bad_arguments_when_iteration_starts(db_url: str) -> None:

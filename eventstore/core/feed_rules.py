@@ -34,9 +34,10 @@ summarizes complete ranges as it goes (see ``eventstore.storage.postgres``).
 
 The reader's key moves only after a page's read transaction has ended (on PostgreSQL the
 page is one statement that reads the barrier, the band below it and whether committed rows
-wait above it, in one snapshot; on SQLite the page, the end-of-page check and the commit): a
-connection lost anywhere in it (a server restart) makes the retried read start from the same
-key, so a page is never counted as read without being handed out.
+wait above it, in one snapshot; on SQLite the page, the end-of-page check and the commit) and
+the read naming its events (a transaction of its own) has too: a connection lost anywhere in
+them (a server restart) makes the retried read start from the same key, so a page is never
+counted as read without being handed out.
 On SQLite ``xact`` is the table's rowid: a page is a range scan of the table itself.
 
 A position is the key of an event, written as fixed-width hex (``xact.session.version``), so

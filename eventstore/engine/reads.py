@@ -94,10 +94,10 @@ def feed_plan(
 
     def read() -> tuple[list[RecordedEvent], bool, bool]:
         nonlocal key, bands
-        # The key moves only once the page's transaction has ended and its rows are
-        # about to be handed out: a connection lost between the page and the commit (a
-        # server restart) makes the retried read start from the same key, not after
-        # rows it never handed out.
+        # The key moves only once every read of the page is over (its own transaction and
+        # the one naming its events) and its rows are about to be handed out: a connection
+        # lost anywhere before that (a server restart) makes the retried read start from
+        # the same key, not after rows it never handed out.
         after_key = None if key is None else key.as_tuple()
         if bands is None:
             with st.read() as tx:
@@ -116,10 +116,12 @@ def feed_plan(
             upto = bands.upto(key, band.below)
             next_key, full, next_bands = bands.read(key, rows, upto, band.below)
             pending = not full and band.pending
-        key, bands = next_key, next_bands
         out = [recorded_from_feed(r) for r in rows]
         if rows:
+            # Naming reads in a transaction of its own, which a restart can fail too: the
+            # key must not have moved yet, or the retried read would start after the page.
             out = feed_names(engine, out, {r.session_pk for r in rows}, [r.session_pk for r in rows])
+        key, bands = next_key, next_bands
         return out, pending, full
 
     return Live(iter(()), read, Pacer(idle, time.monotonic()), state or FollowState(time.time))
