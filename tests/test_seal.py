@@ -271,6 +271,40 @@ def test_an_altered_segment_is_caught_by_every_read_and_by_verify(db_url: str, c
         assert store.load("bystander").to_json() == fold(actions[:90]).to_json()
 
 
+_ID_EDITS = {
+    "deleted": "DELETE FROM sealed_event_ids WHERE version = 5",
+    "moved": "UPDATE sealed_event_ids SET version = 6 WHERE version = 5",
+    "forged": (
+        "INSERT INTO sealed_event_ids SELECT session_pk, 'forged', 7 FROM sealed_event_ids LIMIT 1"
+    ),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(_ID_EDITS))
+def test_an_edited_sealed_id_table_is_reported_by_verify(db_url: str, edit: str) -> None:
+    actions = chat_session(3, seed=13)
+    with make_store(db_url, snapshot_every=1000, seal=False) as store:
+        _write(store, "s", actions)
+        store.seal()
+        assert store.verify().ok
+        engine = create_engine(db_url)
+        try:
+            with engine.begin() as conn:
+                conn.execute(text(_ID_EDITS[edit]))
+        finally:
+            engine.dispose()
+        report = store.verify()
+        assert not report.ok
+        problems = [(p.session, p.kind, p.version) for p in report.problems]
+        expected = {"deleted": [5], "moved": [5, 6], "forged": [7]}[edit]
+        assert problems == [("s", "sealed-id", v) for v in expected]
+        if edit != "deleted":
+            # The probe and the segment disagree: the append refuses rather than guess.
+            ids = ["s-4"] if edit == "moved" else ["forged"]
+            with pytest.raises(SegmentCorrupt):
+                store.append("s", actions[4:5], event_ids=ids)
+
+
 _SEALER = """
 import sys
 from eventstore import EventStore

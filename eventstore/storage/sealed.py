@@ -246,6 +246,37 @@ class Sealing:
                 )
         return out
 
+    def sealed_id_mismatches(
+        self, tx: Tx, session_pk: int
+    ) -> list[tuple[int, str | None, str | None]]:
+        table: dict[int, str] = {}
+        extra: list[tuple[int, str]] = []  # a second id named at one version
+        for r in tx.execute(
+            select(_I.version, _I.event_id)
+            .where(_I.session_pk == session_pk)
+            .order_by(_I.version, _I.event_id)
+        ).all():
+            if int(r[0]) in table:
+                extra.append((int(r[0]), r[1]))
+            else:
+                table[int(r[0])] = r[1]
+        held: dict[int, str | None] = {}
+        params = {"pk": session_pk, "after": 0, "upto": 2**31 - 1}
+        heads = self._fetchall(tx, self._q_heads_asc, params)
+        for r in heads:  # one body at a time: a long session's segments are not all in memory
+            h = _head(r)
+            body = self._fetchone(tx, self._q_body, {"pk": session_pk, "first": h.first_version})
+            if body is not None:
+                held.update((e.row.version, e.row.event_id) for e in self._decode(h, body[0]))
+        out = [
+            (v, held.get(v), table.get(v))
+            for v in sorted(set(table) | {v for v, i in held.items() if i is not None})
+            if held.get(v) != table.get(v)
+        ]
+        out += [(v, held.get(v), i) for v, i in extra if held.get(v) != i]
+        out.sort(key=lambda m: m[0])
+        return out
+
     # -- the feed -------------------------------------------------------------------------
 
     def _merge_feed(
