@@ -237,14 +237,17 @@ def test_the_documented_maintenance_role(setup: dict[str, Any]) -> None:
     admin.execute(rename(create_sql))
     maint_url = make_url(setup["app"]).set(username=maint).render_as_string(hide_password=False)
     try:
-        with EventStore(setup["owner"], snapshot_every=8) as owner_store:
+        with EventStore(setup["owner"], snapshot_every=8, seal=False) as owner_store:
             owner_store.migrate()
-            owner_store.append("s1", chat_session(turns=3, seed=5))
+            s1, s2 = chat_session(turns=3, seed=5), chat_session(turns=2, seed=5)
+            owner_store.append("s1", s1, event_ids=[f"s1-{i}" for i in range(len(s1))])
             owner_store.branch("s1", at=12, new_id="s1-alt")
-            owner_store.append("s2", chat_session(turns=2, seed=5))
+            owner_store.append("s2", s2, event_ids=[f"s2-{i}" for i in range(len(s2))])
+            assert owner_store.seal() == 3  # compaction and erasure cut and drop segments
         with _raw(setup["owner"]) as conn:
             conn.execute(rename(grants_sql))
-        with EventStore(maint_url, snapshot_every=8) as maint_store:
+            assert conn.execute("SELECT count(*) FROM sealed_event_ids").fetchone()[0] > 0
+        with EventStore(maint_url, snapshot_every=8, seal=False) as maint_store:
             state = maint_store.load("s2", version=20).to_json()
             maint_store.compact("s2", upto=20)
             assert maint_store.load("s2", version=20).to_json() == state
@@ -258,6 +261,9 @@ def test_the_documented_maintenance_role(setup: dict[str, Any]) -> None:
                 storage.close()
             assert maint_store.verify().ok
         with _raw(maint_url) as conn:
+            # s2's one segment was cut (its kept events are rows again) and s1's were erased.
+            assert conn.execute("SELECT count(*) FROM event_segments").fetchone()[0] == 0
+            assert conn.execute("SELECT count(*) FROM sealed_event_ids").fetchone()[0] == 0
             for sql in (
                 "ALTER TABLE events DISABLE TRIGGER USER",
                 "UPDATE events SET actor = 'mallory'",
@@ -295,6 +301,7 @@ def test_the_grants_name_no_write_privilege_on_events_beyond_insert(setup: dict[
     assert granted["tombstones"] == {"SELECT"}
     assert granted["compactions"] == {"SELECT"}
     assert granted["event_segments"] == {"SELECT"}  # sealing goes through eventstore_seal
+    assert granted["sealed_event_ids"] == {"SELECT"}  # and so do the sealed events' ids
 
 
 @pytest.mark.twins
@@ -444,22 +451,36 @@ def test_the_application_role_seals_but_cannot_forge_or_remove_a_segment(setup: 
     with _raw(setup["owner"]) as conn:
         conn.execute(setup["grants"])
     actions = chat_session(turns=3, seed=4)
+    ids = [f"e{i}" for i in range(len(actions))]
     with EventStore(setup["app"], snapshot_every=8, seal=False) as app:
-        app.append("s1", actions)
+        app.append("s1", actions, event_ids=ids)
         assert app.seal() == 2  # the third turn is the session's newest: it stays rows
         for v in range(0, len(actions) + 1, 7):
             assert app.load("s1", version=v).to_json() == fold(actions[:v]).to_json(), v
         assert app.verify().ok
+        # The function recorded the sealed ids: a retry of a sealed event replays it.
+        assert app.append("s1", actions[:5], event_ids=ids[:5]).version == 5
+        assert app.head("s1") == len(actions)
     with _raw(setup["app"]) as conn:
         pk, first, last = conn.execute(
             "SELECT session_pk, first_version, last_version FROM event_segments ORDER BY 2 LIMIT 1"
         ).fetchone()
+        sealed_upto = conn.execute("SELECT max(last_version) FROM event_segments").fetchone()[0]
+        recorded = conn.execute(
+            "SELECT event_id, version FROM sealed_event_ids ORDER BY 2"
+        ).fetchall()
+        assert recorded == [(f"e{v - 1}", v) for v in range(1, sealed_upto + 1)]
         for sql in (
             "UPDATE event_segments SET body = '\\x00'",
             "UPDATE event_segments SET end_hash = '\\x00'",
             "DELETE FROM event_segments",
             "INSERT INTO event_segments SELECT * FROM event_segments",
             "DELETE FROM events",
+            # The id table is the function's too: a deleted or moved id would let a retried
+            # append of a sealed event through as a new one.
+            "DELETE FROM sealed_event_ids",
+            "UPDATE sealed_event_ids SET version = version + 1",
+            "INSERT INTO sealed_event_ids VALUES (1, 'forged', 1)",
         ):
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(sql)

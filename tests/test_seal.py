@@ -63,6 +63,34 @@ def _segments(url: str) -> int:
         engine.dispose()
 
 
+def _sealed_versions(url: str) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
+    """Per session id: the versions its segments stand for, and the versions
+    ``sealed_event_ids`` names (with each id checked against the session's own ids)."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            segments: dict[str, list[int]] = {}
+            for sid, first, last in conn.execute(
+                text(
+                    "SELECT s.id, g.first_version, g.last_version FROM event_segments g "
+                    "JOIN sessions s ON s.pk = g.session_pk ORDER BY 1, 2"
+                )
+            ):
+                segments.setdefault(sid, []).extend(range(first, last + 1))
+            ids: dict[str, list[int]] = {}
+            for sid, event_id, version in conn.execute(
+                text(
+                    "SELECT s.id, i.event_id, i.version FROM sealed_event_ids i "
+                    "JOIN sessions s ON s.pk = i.session_pk ORDER BY 1, 3"
+                )
+            ):
+                assert event_id == f"{sid}-{version - 1}", (sid, event_id, version)
+                ids.setdefault(sid, []).append(version)
+            return segments, ids
+    finally:
+        engine.dispose()
+
+
 def test_every_read_is_the_same_after_sealing(db_url: str) -> None:
     a, b = chat_session(TURNS, seed=1), chat_session(TURNS, seed=2)
     with make_store(db_url, snapshot_every=64, seal=False) as store:
@@ -119,15 +147,62 @@ def test_compaction_and_erasure_take_sealed_events_with_them(db_url: str) -> Non
         _write(store, "s", actions)
         _write(store, "gone", actions)
         store.seal()
+        # Every sealed event has an id here: the id table names exactly the sealed versions.
+        segments, ids = _sealed_versions(db_url)
+        assert set(segments) == {"s", "gone"} and ids == segments
         result = store.compact("s", upto=200)  # removes turn 1, cuts into turn 3's segment
         assert result.removed >= 86
         for v in (200, 201, 258, 259, len(actions)):
             assert store.load("s", version=v).to_json() == fold(actions[:v]).to_json(), v
         assert store.verify().ok
+        segments, ids = _sealed_versions(db_url)
+        assert ids == segments and "s" not in ids  # the cut segment's kept events are rows
+        # A kept event is a row again, and sealed again it is found again: both retries replay.
+        for resealed in (False, True):
+            if resealed:
+                assert store.seal("s") == 1
+                segments, ids = _sealed_versions(db_url)
+                assert ids == segments and min(ids["s"]) == 201
+            again = store.append("s", [actions[240]], event_ids=["s-240"])
+            assert again.version == 241 and store.head("s") == len(actions)
         before = _segments(db_url)
         store.erase("gone", reason="asked")
         assert _segments(db_url) == before - (TURNS - 1)
+        segments, ids = _sealed_versions(db_url)
+        assert "gone" not in ids and ids == segments
         assert store.verify().ok
+
+
+def test_an_idempotent_append_decodes_only_the_segment_holding_its_id(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chat app sends message ids with every append: checking them against 199 sealed
+    turns probes the id table and decodes the one segment holding a hit, not them all."""
+    from eventstore.core.segments import SegmentCodec, decode_segment
+
+    turns = chat_session(200, seed=12, deltas=1)
+    starts = [i for i, a in enumerate(turns) if a["type"] == "send"] + [len(turns)]
+    with make_store(db_url, snapshot_every=1000, seal=False) as store:
+        for a, b in zip(starts, starts[1:]):
+            store.append("s", turns[a:b], event_ids=[f"s-{j}" for j in range(a, b)])
+        # Small closed turns share a segment: still dozens of them to decode before.
+        assert store.seal("s") > 150 and _segments(db_url) > 40
+        decoded: list[int] = []
+
+        def spy(head: Any, body: bytes) -> Any:
+            decoded.append(head.first_version)
+            return decode_segment(head, body)
+
+        monkeypatch.setattr(SegmentCodec, "decode", staticmethod(spy))
+        a, b = starts[100], starts[101]  # turn 101, sealed: the retry returns the original
+        again = store.append("s", turns[a:b], event_ids=[f"s-{j}" for j in range(a, b)])
+        assert again.version == b and store.head("s") == len(turns)
+        assert len(decoded) == 1 and decoded[0] <= a + 1  # the segment holding turn 101
+        decoded.clear()
+        # New ids (the usual append): no segment is decoded at all.
+        more = chat_session(201, seed=12, deltas=1)[len(turns) :]
+        store.append("s", more, event_ids=[f"new-{j}" for j in range(len(more))])
+        assert decoded == [] and store.head("s") == len(turns) + len(more)
 
 
 def test_a_closed_turn_is_sealed_in_the_background(db_url: str) -> None:
@@ -194,6 +269,40 @@ def test_an_altered_segment_is_caught_by_every_read_and_by_verify(db_url: str, c
         assert not report.ok
         assert [(p.session, p.kind) for p in report.problems] == [("s", "sealed-segment")]
         assert store.load("bystander").to_json() == fold(actions[:90]).to_json()
+
+
+_ID_EDITS = {
+    "deleted": "DELETE FROM sealed_event_ids WHERE version = 5",
+    "moved": "UPDATE sealed_event_ids SET version = 6 WHERE version = 5",
+    "forged": (
+        "INSERT INTO sealed_event_ids SELECT session_pk, 'forged', 7 FROM sealed_event_ids LIMIT 1"
+    ),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(_ID_EDITS))
+def test_an_edited_sealed_id_table_is_reported_by_verify(db_url: str, edit: str) -> None:
+    actions = chat_session(3, seed=13)
+    with make_store(db_url, snapshot_every=1000, seal=False) as store:
+        _write(store, "s", actions)
+        store.seal()
+        assert store.verify().ok
+        engine = create_engine(db_url)
+        try:
+            with engine.begin() as conn:
+                conn.execute(text(_ID_EDITS[edit]))
+        finally:
+            engine.dispose()
+        report = store.verify()
+        assert not report.ok
+        problems = [(p.session, p.kind, p.version) for p in report.problems]
+        expected = {"deleted": [5], "moved": [5, 6], "forged": [7]}[edit]
+        assert problems == [("s", "sealed-id", v) for v in expected]
+        if edit != "deleted":
+            # The probe and the segment disagree: the append refuses rather than guess.
+            ids = ["s-4"] if edit == "moved" else ["forged"]
+            with pytest.raises(SegmentCorrupt):
+                store.append("s", actions[4:5], event_ids=ids)
 
 
 _SEALER = """

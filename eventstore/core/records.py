@@ -230,7 +230,8 @@ class Problem:
             is not what its compaction recorded), ``"unrecorded-baseline"`` (a baseline
             with no compaction record: compacted before revision 0002, or written behind
             the library's back), ``"info-edited"`` (the title, owner or metadata column
-            is not what the recorded ``set_info`` calls left), ``"unreadable"`` (the
+            is not what the recorded ``set_info`` calls left), ``"sealed-id"`` (the
+            sealed event ids table disagrees with a sealed event), ``"unreadable"`` (the
             session could not be checked at all); with a checkpoint also :class:`~eventstore.core.checkpoints.CheckpointProblem`
             kinds (``"vanished"``, ``"rewritten"``, ``"head_moved_back"``, ...). As a
             notice (not a problem): ``"erased"``.

@@ -486,6 +486,15 @@ def _check_one(engine: Engine, row: SessionRow) -> ChainCheck:
             # they are outside the chain walked above and would block the next append.
             beyond = st.read_events(tx, row.pk, after=row.head, upto=MAX_VERSION, limit=1)
             check.finish(beyond[0] if beyond else None)
+            for version, held, named in st.sealed_id_mismatches(tx, row.pk):
+                check.problem(
+                    version,
+                    "sealed-id",
+                    f"session {row.id!r} version {version}: sealed_event_ids names "
+                    f"{'no id' if named is None else repr(named)} but the sealed event there has "
+                    f"{'none' if held is None else repr(held)}: the table was edited behind "
+                    "the library's back (a retried append of this event would not be found)",
+                )
     except SegmentCorrupt as exc:
         # A sealed segment that does not decode to its events: the session's reads fail.
         check = ChainCheck(row, {row.pk: row.id}, None, {})

@@ -377,6 +377,20 @@ class Storage(ABC):
         """Read and write sealed segments with ``coder`` (the engine calls it once)."""
         raise NotImplementedError
 
+    def sealed_id_mismatches(
+        self, tx: Tx, session_pk: int
+    ) -> list[tuple[int, str | None, str | None]]:
+        """Where a session's ``sealed_event_ids`` disagrees with its sealed events, as
+        ``(version, id the segment holds, id the table names)`` in version order (``None``:
+        no id). The table is written with the segments, so any entry here is an edit made
+        behind the library's back; a missing id would let a retried append of a sealed
+        event through as a new one. Decodes every segment of the session (``verify``).
+
+        Raises:
+            SegmentCorrupt: a segment does not decode.
+        """
+        raise NotImplementedError
+
     def sealable_turns(self, tx: Tx, session_pk: int | None, limit: int) -> list[SealableTurn]:
         """Up to ``limit`` turns whose events are still rows and that a later turn of the
         same session has closed (of one session, or of all), oldest session first."""

@@ -24,6 +24,8 @@ Tables::
                         row made for the session id, from which head to which version, who/why
     event_segments      sealed segments: a closed turn's events as one compressed body (the
                         rows it replaced are gone), with the hashes that check it
+    sealed_event_ids    the event ids of sealed events, PK (session_pk, event_id): an append's
+                        duplicate check probes it instead of decoding every segment
     feed_clock          SQLite only: the highest feed number ever deleted (never handed out again)
 
 Integers and bytes only: timestamps are microseconds since the Unix epoch (UTC), so both
@@ -61,6 +63,7 @@ __all__ = [
     "session_rewinds",
     "feed_clock",
     "event_segments",
+    "sealed_event_ids",
     "SQLITE_FEED_KEY",
     "BRIN_PAGES_PER_RANGE",
     "POSTGRESQL_ONLY",
@@ -312,4 +315,18 @@ event_segments = Table(
     Column("body", LargeBinary, nullable=False),
     PrimaryKeyConstraint("session_pk", "first_version"),
     Index("ix_event_segments_max_xact", "max_xact"),
+)
+
+
+sealed_event_ids = Table(
+    "sealed_event_ids",
+    metadata,
+    # One row per sealed event that has an id, written with its segment and deleted with
+    # it: a sealed id is not in the events table's unique index, and an idempotent append
+    # finds it here with one index probe, then decodes only the segment holding it.
+    # PostgreSQL's sealing function writes these from the rows it deletes.
+    Column("session_pk", Integer, nullable=False),
+    Column("event_id", Text, nullable=False),
+    Column("version", Integer, nullable=False),
+    PrimaryKeyConstraint("session_pk", "event_id"),
 )

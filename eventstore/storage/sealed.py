@@ -10,7 +10,10 @@ the engine and the features see exactly the rows they saw before sealing.
 Sealing (:meth:`Sealing.seal_turn`) reads a closed turn's rows under the session's row
 lock, checks their chain, encodes them and writes the segment in place of the rows in the
 caller's transaction: on SQLite under a compaction permit, on PostgreSQL through the
-owner's ``eventstore_seal`` function (the dialect's :meth:`Sealing._write_segment`).
+owner's ``eventstore_seal`` function (the dialect's :meth:`Sealing._write_segment`). The
+sealed events' ids go into ``sealed_event_ids`` in the same transaction, so that an
+append's duplicate check finds a sealed id with an index probe and decodes only the
+segment holding it, not the session's whole sealed past.
 """
 
 from __future__ import annotations
@@ -31,12 +34,21 @@ from eventstore.core.rows import (
 )
 from eventstore.errors import SegmentCorrupt, StorageError
 from eventstore.storage.interface import SegmentCoder, Tx
-from eventstore.storage.schema import compaction_permits, event_segments, events, sessions
+from eventstore.storage.schema import (
+    compaction_permits,
+    event_segments,
+    events,
+    sealed_event_ids,
+    sessions,
+)
 
 __all__ = ["Sealing"]
 
 _P = bindparam
 _S = event_segments.c
+_I = sealed_event_ids.c
+# SQLite caps the bound parameters of one statement.
+_ID_CHUNK = 500
 _HEAD_COLS = (
     _S.session_pk,
     _S.first_version,
@@ -74,6 +86,13 @@ _HEADS = select(*_HEAD_COLS).where(
 S_HEADS_ASC = _HEADS.order_by(_S.first_version)
 S_HEADS_DESC = _HEADS.order_by(_S.first_version.desc())
 S_BODY = select(_S.body).where(_S.session_pk == _P("pk"), _S.first_version == _P("first"))
+# The segment holding one version (segments of a session never overlap).
+S_SEGMENT_AT = (
+    select(*_HEAD_COLS, _S.body)
+    .where(_S.session_pk == _P("pk"), _S.first_version <= _P("v"), _S.last_version >= _P("v"))
+    .order_by(_S.first_version.desc())
+    .limit(1)
+)
 # The feed: segments whose feed numbers meet [x, top], each with its session's id.
 S_FEED_HEADS = (
     select(*_HEAD_COLS, sessions.c.id)
@@ -122,6 +141,7 @@ class Sealing:
         self._q_heads_asc = c(S_HEADS_ASC)
         self._q_heads_desc = c(S_HEADS_DESC)
         self._q_body = c(S_BODY)
+        self._q_segment_at = c(S_SEGMENT_AT)
         self._q_feed_heads = c(S_FEED_HEADS)
 
     def use_segments(self, coder: SegmentCoder) -> None:
@@ -190,11 +210,71 @@ class Sealing:
         return found[0] if found else None
 
     def _sealed_by_id(self, tx: Tx, session_pk: int, event_ids: set[str]) -> list[EventRow]:
-        """The sealed events of a session carrying any of these ids."""
-        found = self._fetchall(tx, self._q_segments, {"pk": session_pk, "after": 0, "upto": 2**31 - 1})
+        """The sealed events of a session carrying any of these ids: ``sealed_event_ids``
+        says which versions hold them, and only the segments of those are decoded."""
+        where: dict[int, str] = {}
+        for chunk in self.iter_chunks(sorted(event_ids), _ID_CHUNK):  # type: ignore[attr-defined]
+            found = tx.execute(
+                select(_I.version, _I.event_id).where(
+                    _I.session_pk == session_pk, _I.event_id.in_(chunk)
+                )
+            ).all()
+            where.update((int(r[0]), r[1]) for r in found)
         out: list[EventRow] = []
-        for r in found:
-            out += [e.row for e in self._decode(_head(r), r[8]) if e.row.event_id in event_ids]
+        decoded_upto = 0
+        for v in sorted(where):
+            if v <= decoded_upto:
+                continue  # a hit of the segment decoded for the previous one
+            r = self._fetchone(tx, self._q_segment_at, {"pk": session_pk, "v": v})
+            if r is None:
+                raise SegmentCorrupt(
+                    f"session row {session_pk}: sealed event id {where[v]!r} names version {v}, "
+                    "which no sealed segment holds; run `eventstore verify`",
+                    version=v,
+                )
+            h = _head(r)
+            decoded_upto = h.last_version
+            out += [e.row for e in self._decode(h, r[8]) if e.row.event_id in event_ids]
+        # The index and the segments are written together: any disagreement is an edit.
+        got = {e.version: e.event_id for e in out}
+        for v, event_id in where.items():
+            if got.get(v) != event_id:
+                raise SegmentCorrupt(
+                    f"session row {session_pk}: sealed event id {event_id!r} is not the id of "
+                    f"sealed version {v}; run `eventstore verify`",
+                    version=v,
+                )
+        return out
+
+    def sealed_id_mismatches(
+        self, tx: Tx, session_pk: int
+    ) -> list[tuple[int, str | None, str | None]]:
+        table: dict[int, str] = {}
+        extra: list[tuple[int, str]] = []  # a second id named at one version
+        for r in tx.execute(
+            select(_I.version, _I.event_id)
+            .where(_I.session_pk == session_pk)
+            .order_by(_I.version, _I.event_id)
+        ).all():
+            if int(r[0]) in table:
+                extra.append((int(r[0]), r[1]))
+            else:
+                table[int(r[0])] = r[1]
+        held: dict[int, str | None] = {}
+        params = {"pk": session_pk, "after": 0, "upto": 2**31 - 1}
+        heads = self._fetchall(tx, self._q_heads_asc, params)
+        for r in heads:  # one body at a time: a long session's segments are not all in memory
+            h = _head(r)
+            body = self._fetchone(tx, self._q_body, {"pk": session_pk, "first": h.first_version})
+            if body is not None:
+                held.update((e.row.version, e.row.event_id) for e in self._decode(h, body[0]))
+        out = [
+            (v, held.get(v), table.get(v))
+            for v in sorted(set(table) | {v for v, i in held.items() if i is not None})
+            if held.get(v) != table.get(v)
+        ]
+        out += [(v, held.get(v), i) for v, i in extra if held.get(v) != i]
+        out.sort(key=lambda m: m[0])
         return out
 
     # -- the feed -------------------------------------------------------------------------
@@ -352,6 +432,13 @@ class Sealing:
                 body=body,
             )
         )
+        ids = [
+            {"session_pk": pk, "event_id": s.row.event_id, "version": s.row.version}
+            for s in sealed
+            if s.row.event_id is not None
+        ]
+        if ids:
+            tx.execute(insert(sealed_event_ids), ids)
         tx.execute(insert(compaction_permits).values(session_pk=pk, upto=turn.last))
         tx.execute(
             delete(events).where(
@@ -396,9 +483,22 @@ class Sealing:
                     _S.session_pk == session_pk, _S.first_version == h.first_version
                 )
             )
+            # Its kept events are rows again: their ids are in the events' own index.
+            tx.execute(
+                delete(sealed_event_ids).where(
+                    _I.session_pk == session_pk,
+                    _I.version >= h.first_version,
+                    _I.version <= h.last_version,
+                )
+            )
         tx.execute(
             delete(event_segments).where(
                 _S.session_pk == session_pk, _S.first_version > after, _S.last_version <= upto
+            )
+        )
+        tx.execute(
+            delete(sealed_event_ids).where(
+                _I.session_pk == session_pk, _I.version > after, _I.version <= upto
             )
         )
         return removed
@@ -410,5 +510,6 @@ class Sealing:
             select(func.coalesce(func.sum(_S.last_version - _S.first_version + 1), 0)).where(where)
         ).scalar()
         tx.execute(delete(event_segments).where(where))
+        tx.execute(delete(sealed_event_ids).where(_I.session_pk.in_(list(session_pks))))
         return int(n or 0)
 

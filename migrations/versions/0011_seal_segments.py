@@ -9,16 +9,18 @@ PostgreSQL: the application role may not delete events nor write segments. It se
 calling ``eventstore_seal``, a ``SECURITY DEFINER`` function of the owner (its search path
 pinned to the schema, then ``pg_temp``): it checks that the range is every row of whole turns
 that a later turn has closed, copies ``end_hash`` from the last row and computes
-``xact_digest`` from the rows itself, inserts the segment and deletes the rows under a
-compaction permit that it alone writes and removes. A caller's body can then only make
-reads of that segment fail loudly (it does not hash to ``end_hash``), never change what
-they return. ``EXECUTE`` is revoked from ``PUBLIC``: the grants give it to the application.
+``xact_digest`` from the rows itself, inserts the segment and the rows' event ids into
+``sealed_event_ids`` (what an append's duplicate check probes instead of decoding the
+session's segments), and deletes the rows under a compaction permit that it alone writes
+and removes. A caller's body can then only make reads of that segment fail loudly (it
+does not hash to ``end_hash``), never change what they return. ``EXECUTE`` is revoked from
+``PUBLIC``: the grants give it to the application.
 
-SQLite (no roles): the store deletes the rows under a compaction permit, as compaction
-does; the triggers are unchanged.
+SQLite (no roles): the store writes the segment and its event ids and deletes the rows
+under a compaction permit, as compaction does; the triggers are unchanged.
 
 Downgrade puts every sealed event back as its row (decoded and checked) before the
-table goes: nothing is lost.
+tables go: nothing is lost.
 
 Revision ID: 0011_seal_segments
 Revises: 0010_red_team_hardening
@@ -71,6 +73,10 @@ def pg_seal_function(schema: str) -> tuple[str, ...]:
             END IF;
             SELECT e.hash INTO last_hash FROM {schema}.events e
              WHERE e.session_pk = p_pk AND e.version = p_last;
+            INSERT INTO {schema}.sealed_event_ids (session_pk, event_id, version)
+            SELECT e.session_pk, e.event_id, e.version FROM {schema}.events e
+             WHERE e.session_pk = p_pk AND e.version BETWEEN p_first AND p_last
+               AND e.event_id IS NOT NULL;
             INSERT INTO {schema}.event_segments
                 (session_pk, first_version, last_version, first_turn, last_turn, min_xact, max_xact,
                  prev_hash, end_hash, xact_digest, body)
@@ -107,6 +113,13 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("session_pk", "first_version", name="pk_event_segments"),
     )
     op.create_index("ix_event_segments_max_xact", "event_segments", ["max_xact"])
+    op.create_table(
+        "sealed_event_ids",
+        sa.Column("session_pk", sa.Integer(), nullable=False),
+        sa.Column("event_id", sa.Text(), nullable=False),
+        sa.Column("version", sa.Integer(), nullable=False),
+        sa.PrimaryKeyConstraint("session_pk", "event_id", name="pk_sealed_event_ids"),
+    )
     if name == "postgresql":
         bind = op.get_bind()
         schema = bind.execute(sa.text("SELECT current_schema()")).scalar()
@@ -155,6 +168,7 @@ def downgrade() -> None:
     if name == "postgresql":
         for statement in PG_DROP_SEAL_FUNCTION:
             op.execute(statement)
+    op.drop_table("sealed_event_ids")
     op.drop_index("ix_event_segments_max_xact", table_name="event_segments")
     op.drop_table("event_segments")
 
