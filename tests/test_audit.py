@@ -140,6 +140,7 @@ def test_a_baseline_without_compaction_record_is_a_distinct_finding(
 # -- break 5: turns, and rows below the baseline -------------------------------------------
 
 
+@pytest.mark.unsealed  # the background sealer reads head_turn: the edit would race it
 def test_a_moved_head_turn_fails_verify(store: EventStore, raw_engine: Engine) -> None:
     store.append("s", chat_session(turns=2, seed=1))
     with raw_engine.begin() as conn:  # the application role may UPDATE head_turn
