@@ -246,7 +246,8 @@ def test_live_events_stream(es: EventStore) -> None:
                 if line.startswith("data:"):
                     got.append(json.loads(line[5:]))
                     break
-            assert appended.is_set()
+            # The page can deliver the event before the writer's thread is back from append.
+            assert appended.wait(10)
             assert time.monotonic() - started < 3
     assert got == [{"version": 5, "type": "send", "turn": 2}]
 
