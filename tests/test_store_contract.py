@@ -39,8 +39,6 @@ def sealing(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, twi
     """The contract holds with sealing off, and with every closed turn sealed right after
     each append (``store.seal()``; background sealing, the default, runs everywhere else)."""
     mode = str(request.param)
-    if mode == "always" and twin == "async":
-        pytest.skip("sealing after every append is run on the sync store")
     module = sys.modules[__name__]
     opened, made = module.EventStore, module.make_store
 
@@ -63,6 +61,14 @@ def sealing(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, twi
             return result
 
         monkeypatch.setattr(store_class, "append", append_then_seal)
+        async_append = eventstore.AsyncEventStore.append
+
+        async def async_append_then_seal(self: eventstore.AsyncEventStore, *args: Any, **kwargs: Any) -> Any:
+            result = await async_append(self, *args, **kwargs)
+            await self.seal()
+            return result
+
+        monkeypatch.setattr(eventstore.AsyncEventStore, "append", async_append_then_seal)
     return mode
 
 
