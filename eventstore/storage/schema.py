@@ -54,6 +54,7 @@ __all__ = [
     "metadata",
     "sessions",
     "events",
+    "EVENT_COLUMNS",
     "snapshot_blobs",
     "snapshots",
     "compaction_permits",
@@ -173,6 +174,22 @@ events = Table(
         sqlite_where=text("event_id IS NOT NULL"),
         postgresql_where=text("event_id IS NOT NULL"),
     ),
+)
+
+#: The columns of ``events`` in the field order of :class:`eventstore.core.rows.EventRow`
+#: (every reader of event rows selects these).
+EVENT_COLUMNS = (
+    events.c.session_pk,
+    events.c.version,
+    events.c.event_id,
+    events.c.type,
+    events.c.turn,
+    events.c.payload,
+    events.c.recorded_at,
+    events.c.actor,
+    events.c.metadata,
+    events.c.hash,
+    events.c.native,
 )
 
 snapshot_blobs = Table(

@@ -35,6 +35,7 @@ from eventstore.core.rows import (
 from eventstore.errors import SegmentCorrupt, StorageError
 from eventstore.storage.interface import SegmentCoder, Tx
 from eventstore.storage.schema import (
+    EVENT_COLUMNS,
     compaction_permits,
     event_segments,
     events,
@@ -58,19 +59,6 @@ _HEAD_COLS = (
     _S.xact_digest,
     _S.min_xact,
     _S.max_xact,
-)
-_EVENT_COLS = (
-    events.c.session_pk,
-    events.c.version,
-    events.c.event_id,
-    events.c.type,
-    events.c.turn,
-    events.c.payload,
-    events.c.recorded_at,
-    events.c.actor,
-    events.c.metadata,
-    events.c.hash,
-    events.c.native,
 )
 
 # A session's segments meeting (after, upto], with their bodies, in version order.
@@ -378,7 +366,7 @@ class Sealing:
             raise StorageError("this storage was given no segment codec")
         e = events.c
         found = tx.execute(
-            select(*_EVENT_COLS, e.xact)
+            select(*EVENT_COLUMNS, e.xact)
             .where(e.session_pk == row.pk, e.version >= turn.first, e.version <= turn.last)
             .order_by(e.version)
         ).all()

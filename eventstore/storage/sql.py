@@ -61,6 +61,7 @@ from eventstore.storage.catalogue import CATALOGUE_VALUES, effect_params
 from eventstore.storage.catalogue import forget as forget_info
 from eventstore.storage.interface import AsyncChangeWatcher, ChangeWatcher, EventIdRace, Storage, Tx
 from eventstore.storage.schema import (
+    EVENT_COLUMNS,
     VERSION_TABLE,
     compaction_permits,
     compactions,
@@ -88,20 +89,7 @@ __all__ = [
 # SQLite's default limit is 32766 bound parameters; stay far below it.
 _CHUNK = 500
 
-_EVENT_COLS = (
-    events.c.session_pk,
-    events.c.version,
-    events.c.event_id,
-    events.c.type,
-    events.c.turn,
-    events.c.payload,
-    events.c.recorded_at,
-    events.c.actor,
-    events.c.metadata,
-    events.c.hash,
-    events.c.native,
-)
-_EVENT_KEYS = tuple(c.name for c in _EVENT_COLS)  # EventRow's field order
+_EVENT_KEYS = tuple(c.name for c in EVENT_COLUMNS)  # EventRow's field order
 _SESSION_COLS = tuple(sessions.c)
 _SNAPSHOT_COLS = tuple(snapshots.c)
 
@@ -158,7 +146,7 @@ S_MOVE_HEAD = (
 def insert_events_stmt(xact: Any) -> Any:
     """The INSERT of one event row, its columns bound by name and ``xact`` given by the
     dialect's expression (see :meth:`SqlStorage._new_xact`)."""
-    values: dict[str, Any] = {c.name: _P(c.name) for c in _EVENT_COLS}
+    values: dict[str, Any] = {c.name: _P(c.name) for c in EVENT_COLUMNS}
     values["xact"] = xact
     return insert(events).values(values)
 
@@ -167,7 +155,7 @@ def insert_events_stmt(xact: Any) -> Any:
 _FEED_KEY = tuple_(events.c.xact, events.c.session_pk, events.c.version)
 # FeedRow's order: the event's columns, its feed number and session id, then its native
 # data (last, so that rows without it keep their shape).
-_FEED_COLS = (*_EVENT_COLS[:-1], events.c.xact, sessions.c.id, events.c.native)
+_FEED_COLS = (*EVENT_COLUMNS[:-1], events.c.xact, sessions.c.id, events.c.native)
 
 
 def read_feed_stmt() -> Any:
@@ -203,7 +191,7 @@ def read_band_stmt(barrier: Any) -> Any:
     b = select(x.c.below, top.label("top"), waiting.label("pending")).cte("b").prefix_with("MATERIALIZED")
     e = events.c
     return (
-        select(*_EVENT_COLS[:-1], e.xact, e.native, b.c.below, b.c.pending)
+        select(*EVENT_COLUMNS[:-1], e.xact, e.native, b.c.below, b.c.pending)
         .select_from(
             b.outerjoin(
                 events,
@@ -333,14 +321,14 @@ S_READ_PAYLOADS = (
     )
     .order_by(events.c.version)
 )
-_RANGE = select(*_EVENT_COLS).where(
+_RANGE = select(*EVENT_COLUMNS).where(
     events.c.session_pk == _P("pk"),
     events.c.version > _P("after"),
     events.c.version <= _P("upto"),
 )
 S_READ_EVENTS_ASC = _RANGE.order_by(events.c.version).limit(_P("lim"))
 S_READ_EVENTS_DESC = _RANGE.order_by(events.c.version.desc()).limit(_P("lim"))
-S_EVENT_AT = select(*_EVENT_COLS).where(
+S_EVENT_AT = select(*EVENT_COLUMNS).where(
     events.c.session_pk == _P("pk"), events.c.version == _P("version")
 )
 S_SNAPSHOTS_RANGE = (
@@ -962,7 +950,7 @@ class SqlStorage(Sealing, Storage):
         out: list[EventRow] = []
         for chunk in self.iter_chunks(list(event_ids), _CHUNK):
             rows = tx.execute(
-                select(*_EVENT_COLS).where(
+                select(*EVENT_COLUMNS).where(
                     events.c.session_pk == session_pk, events.c.event_id.in_(chunk)
                 )
             ).all()
