@@ -22,7 +22,7 @@ import psycopg
 import pytest
 from sqlalchemy import create_engine
 
-from conftest import REPLICA_GROUP, make_store, pg_admin_url
+from conftest import REPLICA_GROUP, make_store, pg_admin_url, wait_until
 from eventstore.errors import StorageError
 from eventstore.samples import chat_session
 from eventstore import AsyncEventStore, EventStore
@@ -109,10 +109,25 @@ def replica_url(pg_schema: str) -> str:
     return _replica_base() + pg_schema[len(pg_admin_url()) :]
 
 
-def _replicated(pg_schema: str, replica_url: str, **options: Any) -> EventStore:
+def _replayed_tables(replica_url: str) -> None:
+    """Wait until the replica has replayed the creation of the store's tables: until then
+    a store reads from the primary without waiting (a standby without the tables is asked
+    again at a later read), which a test that counts replica reads must not race."""
+    wait_until(
+        lambda: _sql(replica_url, "SELECT to_regclass('events') IS NOT NULL AND to_regclass('sessions') IS NOT NULL")[0][0],
+        "the replica replayed the store's tables",
+    )
+
+
+def _replicated(pg_schema: str, replica_url: str, *, copy: bool = True, **options: Any) -> EventStore:
+    """A store (migrated) reading from ``replica_url``; for a ``copy`` of the primary, once
+    the replica has the store's tables."""
     options.setdefault("max_replica_lag", 60.0)  # a loaded CI machine must not skip it
     options.setdefault("replica_wait", 10.0)
-    return make_store(pg_schema, replicas=[replica_url], **options)
+    store = make_store(pg_schema, replicas=[replica_url], **options)
+    if copy:
+        _replayed_tables(replica_url)
+    return store
 
 
 def _reads(store: EventStore) -> dict[str, int]:
@@ -341,6 +356,7 @@ def test_the_async_wait_for_a_replica_never_blocks_the_event_loop(
             pg_schema, replicas=[replica_url], max_replica_lag=60.0, replica_wait=0.3
         ) as store:
             await store.migrate()
+            await asyncio.to_thread(_replayed_tables, replica_url)
             await store.append("s1", [{"type": "send", "id": "u-1", "text": "hi"}])
             await store.load("s1")  # the replica caught up (or the primary answered)
             await asyncio.to_thread(_sql, replica_url, "SELECT pg_wal_replay_pause()")
@@ -422,7 +438,7 @@ def test_a_replica_that_is_not_a_copy_of_the_primary_never_serves(
         with make_store(decoy) as other:
             other.append("s1", [{"type": "send", "id": "u-1", "text": "from the other tables"}])
             other.append("s1", [{"type": "stop"}, {"type": "stop"}])
-        store = _replicated(pg_schema, wrong)
+        store = _replicated(pg_schema, wrong, copy=False)
         try:
             with pytest.warns(Warning, match="is not a copy of the primary") as caught:
                 store.append("s1", [{"type": "send", "id": "u-1", "text": "ours"}], expected_version=0)
