@@ -353,3 +353,19 @@ def test_a_sealer_killed_at_any_point_loses_nothing(db_url: str, tmp_path: Path)
             buf = io.StringIO()
             store.export(session, buf)
             assert buf.getvalue() == exported
+
+
+def test_a_read_that_meets_an_event_as_a_row_and_sealed_keeps_one_and_a_different_row_fails() -> None:
+    """A seal committing between a read's two statements shows the same event twice (its
+    row, then its segment): one is kept. A row unlike the sealed event at its version was
+    inserted into a sealed range: every read fails loudly."""
+    from eventstore.core.rows import EventRow
+    from eventstore.errors import SegmentCorrupt
+    from eventstore.storage.sealed import _one_each
+
+    def ev(version: int, payload: bytes = b'{"type":"stop"}') -> EventRow:
+        return EventRow(1, version, None, "stop", 1, payload, 5, None, None, b"h" * 32, None)
+
+    assert _one_each([ev(1), ev(2), ev(2), ev(3)]) == [ev(1), ev(2), ev(3)]
+    with pytest.raises(SegmentCorrupt, match="both a row and sealed"):
+        _one_each([ev(1), ev(2), ev(2, b'{"type":"retry"}')])

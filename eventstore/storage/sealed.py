@@ -95,14 +95,26 @@ def _head(r: Any) -> SegmentHead:
     return SegmentHead(r[0], r[1], r[2], bytes(r[3]), bytes(r[4]), bytes(r[5]), r[6], r[7])
 
 
-def _no_duplicates(rows: Sequence[EventRow]) -> None:
-    for a, b in zip(rows, rows[1:]):
-        if a.version == b.version and a.session_pk == b.session_pk:
+def _one_each(rows: Sequence[EventRow]) -> list[EventRow]:
+    """``rows`` (sorted by version) with each version once.
+
+    A read whose statements see different snapshots (PostgreSQL's read committed) can meet
+    an event twice when a seal commits between them: as the row its first statement read,
+    then in the segment the second one read. The same event twice is that race; a row that
+    differs from the sealed event at its version was inserted into a sealed range.
+    """
+    out: list[EventRow] = []
+    for r in rows:
+        if out and out[-1].version == r.version and out[-1].session_pk == r.session_pk:
+            if out[-1] == r:
+                continue
             raise SegmentCorrupt(
-                f"session row {a.session_pk} version {a.version} is both a row and sealed: "
+                f"session row {r.session_pk} version {r.version} is both a row and sealed: "
                 "an event row was inserted into a sealed range; run `eventstore verify`",
-                version=a.version,
+                version=r.version,
             )
+        out.append(r)
+    return out
 
 
 class Sealing:
@@ -171,6 +183,8 @@ class Sealing:
                 h = _head(r)
                 if len(out) >= limit:
                     out.sort(key=lambda e: e.version, reverse=desc)
+                    out = _one_each(out)
+                if len(out) >= limit:
                     del out[limit:]
                     edge = out[-1].version
                     # Every event of this segment and the next ones lies beyond the cut.
@@ -181,7 +195,7 @@ class Sealing:
                     continue  # compacted or erased since the heads were read
                 out += [e.row for e in self._decode(h, body[0]) if after < e.row.version <= upto]
         out.sort(key=lambda e: e.version, reverse=desc)
-        _no_duplicates(out)
+        out = _one_each(out)
         return out if limit is None else out[:limit]
 
     def _sealed_payloads(self, found: Sequence[Any], after: int, upto: int) -> tuple[tuple[int, bytes], ...]:
