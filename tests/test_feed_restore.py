@@ -145,14 +145,14 @@ def test_an_archive_of_a_session_compacted_to_its_head_restores_in_order_too(
     assert _keys(list(store.feed(after=read_compacted, idle_timeout=0))) == [("s1", v) for v in (1, 2, 3, 4)]
 
 
+# SQLite only: PostgreSQL's restored events share their successor's number, never run out.
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 def test_sqlite_refuses_a_restore_whose_feed_numbers_ran_out_and_writes_nothing(
-    store: EventStore, tmp_path: Path, backend: str
+    store: EventStore, tmp_path: Path
 ) -> None:
     """SQLite's positions are row numbers: restored events need free ones between the
     session's kept events and its first remaining one. Another session's restore can take
     them first (here s2's, whose free numbers lie below s1's kept events)."""
-    if backend != "sqlite":
-        pytest.skip("PostgreSQL positions share a number: they never run out")
     store.append("s2", [_send(0), _send(1)])
     store.append("s1", [_send(0), _send(1)])
     store.branch("s1", at=2, new_id="alt")
