@@ -78,6 +78,16 @@ def timed(
     return {"median": statistics.median(samples), "best": min(samples)}
 
 
+def split_turns(actions: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Split a chat into turns: each starts at a ``send``."""
+    turns: list[list[dict[str, Any]]] = []
+    for a in actions:
+        if a["type"] == "send" or not turns:
+            turns.append([])
+        turns[-1].append(a)
+    return turns
+
+
 def record_section(results_md: Path, heading: str, section: str) -> None:
     """Replace (or append) the section starting with ``heading`` in RESULTS.md.
 

@@ -50,7 +50,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import run_times
+from benchmarks._common import run_times, split_turns
 from benchmarks.peers import KEYS, Unsupported, make_target, unavailable
 from benchmarks.peers.base import Action, drop_database
 from eventstore.core.reducer import fold
@@ -63,16 +63,6 @@ EXTRA_TURNS = 5  # turns appended one event per write after the per-turn session
 
 
 # --------------------------------------------------------------------------- workload
-
-
-def split_turns(actions: Sequence[Action]) -> list[list[Action]]:
-    """Split a chat into turns: each starts at a ``send``."""
-    turns: list[list[Action]] = []
-    for a in actions:
-        if a["type"] == "send" or not turns:
-            turns.append([])
-        turns[-1].append(a)
-    return turns
 
 
 def reference(actions: Sequence[Action]) -> dict[str, Any]:

@@ -39,8 +39,8 @@ from typing import Any
 
 import orjson
 
-from benchmarks._common import extract_tree, machine, record_section
-from benchmarks.store import RawPostgres, RawSQLite, _pg_schema, _turns
+from benchmarks._common import extract_tree, machine, record_section, split_turns
+from benchmarks.store import RawPostgres, RawSQLite, _pg_schema
 from eventstore.core.reducer import fold_json
 from eventstore.samples import chat_session
 
@@ -183,7 +183,7 @@ def _append_figures(backend: str, trees: dict[str, Path], args: argparse.Namespa
 
 def _load_figures(backend: str, trees: dict[str, Path], args: argparse.Namespace) -> dict[str, Any]:
     actions = chat_session(200, seed=200)
-    turns = _turns(actions)
+    turns = split_turns(actions)
     state = fold_json(None, actions)
     blob = orjson.dumps(state)
     rng = random.Random(args.seed)

@@ -32,6 +32,7 @@ from typing import Any
 
 import psycopg
 
+from benchmarks._common import split_turns
 from benchmarks.peers.base import pg_url
 from benchmarks.peers.eventstore_target import EventstoreTarget
 from benchmarks.peers.raw_psycopg import RawPsycopg
@@ -40,15 +41,6 @@ from eventstore.samples import chat_session
 __all__ = ["main"]
 
 HERE = Path(__file__).resolve().parent
-
-
-def _turns(actions: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    out: list[list[dict[str, Any]]] = []
-    for a in actions:
-        if a["type"] == "send" or not out:
-            out.append([])
-        out[-1].append(a)
-    return out
 
 
 def _ms(f: Any, repeats: int = 7) -> float:
@@ -144,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           "load head ms (rows / sealed) | checkout T/2 ms (rows / sealed) |")
     print("|---|---|---|---|---|---|---|---|---|")
     for t in (int(x) for x in args.turns.split(",")):
-        turns = _turns(chat_session(t))
+        turns = split_turns(chat_session(t))
         raw = _run(RawPsycopg(), f"seal{t}", turns, seal=False)
         rows_target = EventstoreTarget("postgresql", seal=False)
         sealed_target = EventstoreTarget("postgresql")
@@ -164,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             flush=True,
         )
     if args.codec:
-        results["codec"] = _codec(_turns(chat_session(50)))
+        results["codec"] = _codec(split_turns(chat_session(50)))
         print("\n| segment codec (chat_session, 50 turns) | bytes/event | compress µs/event |")
         print("|---|---|---|")
         for c in results["codec"]:

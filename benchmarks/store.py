@@ -48,7 +48,7 @@ import orjson
 import psycopg
 from psycopg.types.json import set_json_loads
 
-from benchmarks._common import record_section, run_times
+from benchmarks._common import record_section, run_times, split_turns
 from eventstore.core.reducer import fold_json
 from eventstore.samples import chat_session
 from eventstore import EventStore
@@ -82,15 +82,6 @@ def _paired(raw: Callable[[], Any], ours: Callable[[], Any], repeats: int) -> tu
             fn()
             out.append(time.perf_counter() - t0)
     return statistics.median(a), statistics.median(b)
-
-
-def _turns(actions: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    out: list[list[dict[str, Any]]] = []
-    for a in actions:
-        if a["type"] == "send" or not out:
-            out.append([])
-        out[-1].append(a)
-    return out
 
 
 def _sid(tag: str) -> str:
@@ -309,7 +300,7 @@ def _backend_run(
             blocks,
             "events",
         )
-        turns = _turns(workload[200])[: args.turns]
+        turns = split_turns(workload[200])[: args.turns]
         tblocks = [turns[i : i + args.block_turns] for i in range(1, len(turns), args.block_turns)]
         res["append_turn"] = _alternating(
             lambda sid, block, start: raw.append_turns(sid, block, start),
@@ -393,7 +384,7 @@ def _session_figures(
     out: dict[str, Any] = {"snapshot_every": every, "by_turns": {}}
     for t in TURNS:
         actions = workload[t]
-        turns = _turns(actions)
+        turns = split_turns(actions)
         with _fresh(backend, args) as (url, raw):
             sid = f"bench-session-{t:04d}"
             raw.append_turns(sid, turns)
