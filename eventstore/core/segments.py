@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 import orjson
 
-from eventstore.core.codec import chain_hash
+from eventstore.core.codec import chain_hash, recorded_hash
 from eventstore.core.rows import EventRow, SealedEvent, SegmentHead
 from eventstore.errors import SegmentCorrupt
 
@@ -171,19 +171,7 @@ def chain_end(prev: bytes, hashed_as: str, rows: Sequence[EventRow]) -> bytes:
     """The chain hash after ``rows`` recomputed from ``prev``: equal to the last row's hash
     exactly when every row is what was hashed (a sealer checks this before sealing)."""
     for r in rows:
-        prev = chain_hash(
-            prev,
-            session_id=hashed_as,
-            version=r.version,
-            event_id=r.event_id,
-            type=r.type,
-            turn=r.turn,
-            payload=r.payload,
-            recorded_at=r.recorded_at,
-            actor=r.actor,
-            metadata=r.metadata,
-            native=r.native,
-        )
+        prev = recorded_hash(prev, hashed_as, r)
     return prev
 
 
