@@ -18,7 +18,7 @@ Two measurements, PostgreSQL only (SQLite has no barrier: writers take turns):
 2. **One barrier read**: the statement a feed page runs for its barrier alone
    (``SELECT <barrier>``), the cluster's oldest transaction (``pg_snapshot_xmin``, the
    barrier before the writers' barrier) against the oldest transaction that can still write
-   an event (:mod:`eventstore.storage.pg_barrier`), alternating, median and p99 of many reads,
+   an event (:mod:`eventstore.storage.postgres.feed_barrier`), alternating, median and p99 of many reads,
    idle and with 16 writers appending.
 """
 
@@ -46,7 +46,7 @@ from benchmarks.store import _pg_schema
 from eventstore import EventStore
 
 try:
-    from eventstore.storage.pg_barrier import WRITERS_BARRIER_SQL
+    from eventstore.storage.postgres.feed_barrier import WRITERS_BARRIER_SQL
 except ImportError:  # a checkout from before the writers' barrier: its latency only
     WRITERS_BARRIER_SQL = ""
 

@@ -949,7 +949,7 @@ def test_postgresql_a_store_skips_summarizing_while_another_summarizes(pg_schema
     next time it can."""
     lock = "hashtextextended('eventstore summarize ' || 'events'::regclass::oid::text, 0)"
     skips = _SkipLog()
-    logger = logging.getLogger("eventstore.storage.postgres")
+    logger = logging.getLogger("eventstore.storage.postgres.summarizer")
     logger.addHandler(skips)
     old_level = logger.level
     logger.setLevel(logging.DEBUG)

@@ -361,7 +361,7 @@ def test_a_read_that_meets_an_event_as_a_row_and_sealed_keeps_one_and_a_differen
     inserted into a sealed range: every read fails loudly."""
     from eventstore.core.rows import EventRow
     from eventstore.errors import SegmentCorrupt
-    from eventstore.storage.sealed import _one_each
+    from eventstore.storage.sql.sealed import _one_each
 
     def ev(version: int, payload: bytes = b'{"type":"stop"}') -> EventRow:
         return EventRow(1, version, None, "stop", 1, payload, 5, None, None, b"h" * 32, None)

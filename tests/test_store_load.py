@@ -207,7 +207,7 @@ def test_a_load_survives_killed_pooled_connections(
     # cannot tell (a backend killed a moment ago): the statement itself fails and is retried.
     import psycopg
 
-    import eventstore.storage.postgres as pg_mod
+    import eventstore.storage.postgres.connections as pg_mod
 
     if not socket_shows_it:
         monkeypatch.setattr(pg_mod, "_readable", lambda _conn: False)

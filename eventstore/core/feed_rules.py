@@ -13,7 +13,7 @@ twin only swaps the reads and the waits.
   commit order — the classic gap: a reader that moved past id 12 would miss transaction 11
   committing later. The feed therefore reads only rows whose ``xact`` is below the oldest
   transaction that can still write an event (one holding a lock on the events table or on
-  ``sessions``; see :mod:`eventstore.storage.pg_barrier`): every such row is committed,
+  ``sessions``; see :mod:`eventstore.storage.postgres.feed_barrier`): every such row is committed,
   and no row can ever be written below that bound again. Transactions that cannot write an
   event (another database's, another table's) do not count. No lock is taken and nothing
   is ever skipped by a timer; a long-open writing transaction simply holds the feed back
@@ -30,7 +30,7 @@ is final: once a band came back whole (not cut by the page limit), nothing can e
 added to it, and the next band starts above it. A page cut by its limit is resumed from
 its last event, as ever. Nothing is skipped by size or by time; only the cost moves. A
 range of the index not summarized yet is read whole by every band, so the writing store
-summarizes complete ranges as it goes (see ``eventstore.storage.postgres``).
+summarizes complete ranges as it goes (see ``eventstore.storage.postgres.summarizer``).
 
 The reader's key moves only after a page's read transaction has ended (on PostgreSQL the
 page is one statement that reads the barrier, the band below it and whether committed rows

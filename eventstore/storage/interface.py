@@ -12,7 +12,7 @@ A call runs inside a transaction the caller opens::
         storage.set_head(tx, row.pk, head, head_hash, head_turn)
 
 ``read()`` and ``write()`` are where driver exceptions become the error tree
-(:mod:`eventstore.errors`): exactly one context manager does that, in ``sql.py``.
+(:mod:`eventstore.errors`): exactly one context manager does that, in ``sql/transactions.py``.
 """
 
 from __future__ import annotations

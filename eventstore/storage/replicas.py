@@ -53,7 +53,8 @@ from eventstore.core.rows import Band, CatalogueEffect, EventRow, LoadParts, Sna
 from eventstore.errors import StorageError
 from eventstore.storage.interface import SegmentCoder, Tx
 from eventstore.storage.postgres import PostgresStorage
-from eventstore.storage.sql import Compiled, SqlStorage, mask_url
+from eventstore.storage.sql import Compiled, SqlStorage
+from eventstore.storage.urls import mask_url
 
 __all__ = ["ReplicatedPostgresStorage", "ReplicaMismatch", "read_only_url", "DEFAULT_MAX_REPLICA_LAG"]
 

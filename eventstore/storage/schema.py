@@ -3,7 +3,7 @@
 This module is the declared truth that the Alembic revisions in ``migrations/`` must
 reproduce (``tests/test_migrations.py`` compares them). It holds no statements and no
 dialect-specific DDL: the immutability triggers live in the revisions and in
-``sqlite.py`` / ``postgres.py``.
+``sqlite.py`` / ``postgres/``.
 
 Tables::
 

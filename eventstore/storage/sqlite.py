@@ -41,7 +41,7 @@ EVENT_ID_RECORDED = "events are immutable: this event id is already recorded"
 
 
 class _RawTx:
-    """What the statement helpers of ``sql.py`` need of a transaction: ``.connection``."""
+    """What the statement helpers of ``sql/`` need of a transaction: ``.connection``."""
 
     __slots__ = ("connection",)
 

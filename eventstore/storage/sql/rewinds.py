@@ -1,6 +1,4 @@
-"""The SQL statements of a rewind (SQLAlchemy Core, dialect-neutral).
-
-They are used by :class:`SqlStorage <eventstore.storage.sql.SqlStorage>`.
+"""Rewinds: the session row renamed and replaced, and the audit record (SQLAlchemy Core).
 
 A rewind renames the rewound session's row, inserts the row that takes its id and the
 audit record, in the caller's transaction; no event row is read or written.
@@ -8,15 +6,19 @@ audit record, in the caller's transaction; no event row is read or written.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection
 from typing import Any
 
 from sqlalchemy import insert, select, update
 
-from eventstore.core.rows import RewindRow
+from eventstore.core.rows import NewSession, RewindRow, SessionRow
+from eventstore.errors import StorageError
+from eventstore.storage.interface import Tx
 from eventstore.storage.schema import session_rewinds, sessions
+from eventstore.storage.sql.transactions import SqlTransactions
 
-__all__ = ["keep_line", "mark_line", "record_rewind", "select_rewinds"]
+__all__ = ["Rewinds", "keep_line", "mark_line", "record_rewind", "select_rewinds"]
 
 
 def keep_line(tx: Any, pk: int, kept_id: str, closed_at: int, reason: str) -> None:
@@ -66,3 +68,26 @@ def select_rewinds(
         )
         for r in tx.execute(q).mappings()
     ]
+
+
+class Rewinds(SqlTransactions):
+    """A rewind, its undo (a restore), and the records of both."""
+
+    def rewind_session(self, tx: Tx, rec: RewindRow, new: NewSession, closed_at: int, reason: str) -> SessionRow:
+        keep_line(tx, rec.kept_pk, rec.kept_id, closed_at, reason)
+        row = self.insert_session(tx, new)
+        if row is None:
+            raise StorageError(f"session id {new.id!r} is taken; it cannot take the rewound session")
+        mark_line(tx, rec.kept_pk, row.pk)
+        record_rewind(tx, dataclasses.replace(rec, new_pk=row.pk))
+        return row
+
+    def restore_rewind(self, tx: Tx, rec: RewindRow, closed_at: int, reason: str) -> None:
+        keep_line(tx, rec.kept_pk, rec.kept_id, closed_at, reason)
+        mark_line(tx, rec.kept_pk, rec.new_pk)
+        record_rewind(tx, rec)
+
+    def list_rewinds(
+        self, tx: Tx, *, session_id: str | None = None, pks: Collection[int] | None = None
+    ) -> list[RewindRow]:
+        return select_rewinds(tx, session_id=session_id, pks=pks)

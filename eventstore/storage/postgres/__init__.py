@@ -1,0 +1,11 @@
+"""Storage on PostgreSQL via psycopg 3, one module per concern (the only package that imports psycopg).
+
+Row locks per session, upserts, plpgsql immutability triggers; appends and loads in one
+round trip each on hot autocommit connections.
+"""
+
+from eventstore.storage.postgres.partitions import MAX_PARTITIONS, PARTITION_SETTING
+from eventstore.storage.postgres.statements import FEED_XACT, feed_channel
+from eventstore.storage.postgres.storage import PostgresStorage
+
+__all__ = ["PostgresStorage", "FEED_XACT", "feed_channel", "PARTITION_SETTING", "MAX_PARTITIONS"]

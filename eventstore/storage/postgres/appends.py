@@ -1,0 +1,167 @@
+"""PostgreSQL's appends: one statement, one round trip, in autocommit on a hot connection."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from eventstore.core.rows import CatalogueEffect, EventRow, SnapshotRow, TurnBatch
+from eventstore.storage.catalogue import effect_params
+from eventstore.storage.postgres.connections import Connections
+from eventstore.storage.postgres.statements import (
+    APPEND_BATCHES,
+    APPEND_FAST,
+    APPEND_FAST_NO_SNAPSHOT,
+    APPEND_ONE,
+)
+
+__all__ = ["HotAppends"]
+
+
+def _effect_arrays(batches: Sequence[TurnBatch]) -> dict[str, list[Any]]:
+    """The catalogue effects of a group commit, one array element per batch."""
+    per = [effect_params(b.effect) for b in batches]
+    return {k: [p[k] for p in per] for k in ("c_updated", "c_st_u", "c_st_n", "c_reset", "c_text")}
+
+
+class HotAppends(Connections):
+    """The append paths of :class:`~eventstore.storage.postgres.PostgresStorage`."""
+
+    def append_fast(
+        self,
+        session_pk: int,
+        old_head: int,
+        old_hash: bytes,
+        rows: Sequence[EventRow],
+        head_turn: int,
+        snapshots: Sequence[SnapshotRow],
+        blobs: Mapping[bytes, bytes],
+        effect: CatalogueEffect | None = None,
+    ) -> bool:
+        first = rows[0]
+        # Batches with provider-native data take the general statement (the hot ones,
+        # without, keep their arrays as they are).
+        if any(
+            (r.recorded_at, r.actor, r.metadata, r.native)
+            != (first.recorded_at, first.actor, first.metadata, None)
+            for r in rows
+        ):
+            return super().append_fast(
+                session_pk, old_head, old_hash, rows, head_turn, snapshots, blobs, effect
+            )
+        if len(rows) == 1 and not snapshots and not blobs:
+            return self._append_one(session_pk, old_head, old_hash, first, head_turn, effect)
+        params = {
+            **effect_params(effect),
+            "pk": session_pk,
+            "old_head": old_head,
+            "old_hash": old_hash,
+            "head": rows[-1].version,
+            "hash": rows[-1].hash,
+            "turn": head_turn,
+            "recorded_at": first.recorded_at,
+            "actor": first.actor,
+            "metadata": first.metadata,
+            "versions": [r.version for r in rows],
+            "event_ids": [r.event_id for r in rows],
+            "types": [r.type for r in rows],
+            "turns": [r.turn for r in rows],
+            "payloads": [r.payload for r in rows],
+            "hashes": [r.hash for r in rows],
+            "digests": list(blobs),
+            "bodies": list(blobs.values()),
+            "s_versions": [n.version for n in snapshots],
+            "s_reducers": [n.reducer_version for n in snapshots],
+            "s_rests": [n.rest for n in snapshots],
+            "s_digests": [n.message_digests for n in snapshots],
+        }
+        sql = APPEND_FAST if snapshots or blobs else APPEND_FAST_NO_SNAPSHOT
+        return self._run_hot(sql, params, binary=True) == len(rows)
+
+    def append_batches(self, batches: Sequence[TurnBatch]) -> list[bool]:
+        if not batches:
+            return []
+        events = [r for b in batches for r in b.rows]
+        blobs = [(b.session_pk, d, body) for b in batches for d, body in b.blobs.items()]
+        snaps = [n for b in batches for n in b.snapshots]
+        params = {
+            "pks": [b.session_pk for b in batches],
+            "old_heads": [b.old_head for b in batches],
+            "old_hashes": [b.old_hash for b in batches],
+            "writers": [b.writer for b in batches],
+            "heads": [b.rows[-1].version if b.rows else b.old_head for b in batches],
+            "hashes": [b.rows[-1].hash if b.rows else b.old_hash for b in batches],
+            "turns": [b.head_turn for b in batches],
+            "releases": [b.release for b in batches],
+            "claims": [b.claim for b in batches],
+            **_effect_arrays(batches),
+            "seen": max(b.seen_at for b in batches),
+            "e_pks": [r.session_pk for r in events],
+            "e_versions": [r.version for r in events],
+            "e_ids": [r.event_id for r in events],
+            "e_types": [r.type for r in events],
+            "e_turns": [r.turn for r in events],
+            "e_payloads": [r.payload for r in events],
+            "e_times": [r.recorded_at for r in events],
+            "e_actors": [r.actor for r in events],
+            "e_metas": [r.metadata for r in events],
+            "e_hashes": [r.hash for r in events],
+            "e_natives": [r.native for r in events],
+            "b_pks": [pk for pk, _, _ in blobs],
+            "b_digests": [d for _, d, _ in blobs],
+            "b_bodies": [body for _, _, body in blobs],
+            "s_pks": [n.session_pk for n in snaps],
+            "s_versions": [n.version for n in snaps],
+            "s_reducers": [n.reducer_version for n in snaps],
+            "s_rests": [n.rest for n in snaps],
+            "s_digests": [n.message_digests for n in snaps],
+        }
+        with self._errors(), self._autocommit(hot=True) as cur:
+            # Prepared: planning this statement costs about as much as running it.
+            cur.execute(APPEND_BATCHES, params, binary=True, prepare=self._prepare_load or None)
+            (moved,) = cur.fetchone()
+        done = set(moved)
+        if events and done:
+            self._committed()
+        return [b.session_pk in done for b in batches]
+
+    def _append_one(
+        self,
+        session_pk: int,
+        old_head: int,
+        old_hash: bytes,
+        row: EventRow,
+        head_turn: int,
+        effect: CatalogueEffect | None = None,
+    ) -> bool:
+        params = {
+            **effect_params(effect),
+            "pk": session_pk,
+            "old_head": old_head,
+            "old_hash": old_hash,
+            "head": row.version,
+            "hash": row.hash,
+            "turn": head_turn,
+            "event_id": row.event_id,
+            "type": row.type,
+            "payload": row.payload,
+            "recorded_at": row.recorded_at,
+            "actor": row.actor,
+            "metadata": row.metadata,
+        }
+        return self._run_hot(APPEND_ONE, params, binary=False) == 1
+
+    def _run_hot(self, sql: str, params: Mapping[str, Any], *, binary: bool) -> int:
+        """Run one append statement on a pooled connection; its row count.
+
+        A statement whose last part is a SELECT reports its first column instead.
+        """
+        with self._errors(), self._autocommit(hot=True) as cur:
+            cur.execute(sql, params, binary=binary)
+            if cur.description is None:
+                count = int(cur.rowcount)
+            else:
+                count = int(cur.fetchone()[0])
+        if count:
+            self._committed()
+        return count

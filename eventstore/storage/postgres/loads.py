@@ -1,0 +1,106 @@
+"""PostgreSQL's load: a root session's row, snapshot, message bodies and tail in one round trip."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+import psycopg
+
+from eventstore.core.rows import LoadParts, NewSession, SessionRow
+from eventstore.storage.interface import Tx
+from eventstore.storage.postgres.connections import Connections
+from eventstore.storage.postgres.statements import LOAD, LOAD_BY_KEY
+from eventstore.storage.sql import session_row
+
+__all__ = ["HotLoads"]
+
+# A session row, or maybe none (what _learn_key passes through).
+_Row = TypeVar("_Row", SessionRow, SessionRow | None)
+
+
+class HotLoads(Connections):
+    """The load path of :class:`~eventstore.storage.postgres.PostgresStorage`, and the
+    session keys it learns from every session row read."""
+
+    def load_parts(
+        self, session_id: str, version: int | None, reducer_version: int
+    ) -> LoadParts | None:
+        # Learnt from every session row read (see _learn_key), so a load can name the
+        # session's key (see LOAD_BY_KEY).
+        key = self.session_keys.key(session_id)
+        params = {"id": session_id, "version": version, "rv": reducer_version, "pk": key}
+        with self._errors():
+            r = self._load_retried(params)
+            if r is None and key is not None:
+                # A key that no longer names this id (the session was erased): by id alone.
+                self.session_keys.forget(session_id)
+                r = self._load_retried({**params, "pk": None})
+        if r is None:
+            return LoadParts(None)
+        row = self._learn_key(session_row(r))
+        if row.parent_pk is not None:
+            return LoadParts(row)
+        sealed: tuple[tuple[int, bytes], ...] = ()
+        v, base = (row.head if version is None else version), (r[11] or 0)
+        if r[17] != v - base:
+            # Some are sealed: their payloads, in one more round trip, are merged in by
+            # version (any other gap, or a race with a seal or a compaction, takes the
+            # general path).
+            q = self._q_segments
+            with self._errors(), self._autocommit(hot=True) as cur:
+                cur.execute(q.sql, q.args({"pk": row.pk, "after": base, "upto": v}))
+                sealed = self._sealed_payloads(cur.fetchall(), base, v)
+            if r[17] + len(sealed) != v - base:
+                return LoadParts(row)
+        return LoadParts(
+            row,
+            complete=True,
+            snap_version=r[11] or 0,
+            rest=r[12],
+            messages=r[13] or b"",
+            n_digests=r[14],
+            n_found=r[15],
+            tail=r[16] or b"",
+            n_tail=r[17],
+            sealed=sealed,
+        )
+
+    def get_session(self, tx: Tx, session_id: str) -> SessionRow | None:
+        return self._learn_key(super().get_session(tx, session_id))
+
+    def lock_session(self, tx: Tx, session_id: str) -> SessionRow | None:
+        return self._learn_key(super().lock_session(tx, session_id))
+
+    def insert_session(self, tx: Tx, new: NewSession) -> SessionRow | None:
+        return self._learn_key(super().insert_session(tx, new))
+
+    def _learn_key(self, row: _Row) -> _Row:
+        """Remember a session row's key for later loads of that session (a key that turns
+        out wrong, e.g. of a rolled-back insert, only costs a load one more round trip)."""
+        if row is not None:
+            self.session_keys.learn(row.id, row.pk)
+        return row
+
+    def _load_retried(self, params: Mapping[str, Any]) -> Any:
+        try:
+            # Without the checkout's pre-ping round trip (the append fast path's
+            # alive-bypass window)...
+            return self._load_row(params, hot=True)
+        except psycopg.OperationalError:
+            # ...and, since a read is idempotent, once more on a pinged connection if
+            # that one turned out dead (killed backend, server restart): a load never
+            # fails for a connection that was merely stale.
+            self._suspect_before = time.monotonic()
+            return self._load_row(params, hot=False)
+
+    def _load_row(self, params: Mapping[str, Any], *, hot: bool) -> Any:
+        """The one row of :data:`LOAD` (or :data:`LOAD_BY_KEY` when ``params`` name the
+        session's key), on a hot autocommit connection (see :meth:`_autocommit`)."""
+        sql = LOAD if params["pk"] is None else LOAD_BY_KEY
+        with self._autocommit(hot=hot) as cur:
+            # Prepared at its first use on a connection, not the sixth: a cold load then
+            # skips parsing and analysing the statement every time.
+            cur.execute(sql, params, binary=True, prepare=self._prepare_load or None)
+            return cur.fetchone()

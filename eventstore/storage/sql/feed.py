@@ -1,0 +1,82 @@
+"""The feed: events of every session in commit order, in pages or bands, and the change watchers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from eventstore.core.rows import Band, FeedBarrier, FeedRow
+from eventstore.storage.interface import AsyncChangeWatcher, ChangeWatcher, Tx
+from eventstore.storage.sql.transactions import SqlTransactions
+from eventstore.storage.watch import TaskWatcher, ThreadWatcher
+
+__all__ = ["Feed"]
+
+
+class Feed(SqlTransactions):
+    """Reading the feed and waiting for it to grow."""
+
+    def feed_barrier(self, tx: Tx) -> FeedBarrier:
+        return FeedBarrier(None)
+
+    def read_feed(
+        self, tx: Tx, *, after: tuple[int, int, int] | None, limit: int
+    ) -> list[FeedRow]:
+        x, s, v = (-1, 0, 0) if after is None else after
+        params = {"x": x, "s": s, "v": v, "lim": limit}
+        rows = [FeedRow._make(r) for r in self._fetchall(tx, self._q_feed, params)]
+        return self._merge_feed(tx, rows, after=(x, s, v), limit=limit)
+
+    def read_band(self, *, after: tuple[int, int, int] | None, limit: int, upto: int) -> Band:
+        assert self._q_band is not None, "only a banded storage reads bands"
+        with self.read() as tx:
+            self._before_band(tx)
+            rows = self._fetchall(tx, self._q_band, self._band_params(after, limit, upto))
+            band = self._band(rows, lambda pks: self._fetchall(tx, self._q_session_ids, {"pks": pks}))
+            return self._sealed_band(tx, band, after, limit, upto)
+
+    def _sealed_band(
+        self, tx: Tx, band: Band, after: tuple[int, int, int] | None, limit: int, upto: int
+    ) -> Band:
+        """A band with the sealed events of its range merged in (read in ``tx``)."""
+        key = (-1, 0, 0) if after is None else after
+        rows = self._merge_feed(tx, band.rows, after=key, limit=limit, top=min(upto, band.below - 1))
+        return band if rows is band.rows else Band(band.below, rows, band.pending)
+
+    @staticmethod
+    def _band_params(after: tuple[int, int, int] | None, limit: int, upto: int) -> dict[str, int]:
+        x, s, v = (-1, 0, 0) if after is None else after
+        return {"x": x, "s": s, "v": v, "lim": limit, "upto": upto}
+
+    def _band(self, rows: Sequence[Any], session_ids: Callable[[list[int]], Iterable[Any]]) -> Band:
+        """A band from the rows of :func:`read_band_stmt`; ``session_ids`` reads the ids of
+        sessions this storage has not seen yet (in the band's own transaction)."""
+        # The barrier's row is there even when the band is empty.
+        below, pending = int(rows[0][-2]), bool(rows[0][-1])
+        if rows[0][0] is None:
+            return Band(below, [], pending)
+        make, name = FeedRow._make, self.session_keys.session_id
+        try:
+            return Band(below, [make((*r[:-3], name(r[0]), r[-3])) for r in rows], pending)
+        except KeyError:
+            found = dict(session_ids(list({r[0] for r in rows})))
+            for pk, session_id in found.items():
+                self.session_keys.learn(session_id, pk)
+            return Band(below, [make((*r[:-3], found[r[0]], r[-3])) for r in rows], pending)
+
+    def _before_band(self, tx: Tx) -> None:
+        """Settings a band's statement needs in its transaction (none by default)."""
+
+    def watcher(self) -> ChangeWatcher:
+        with self._watcher_lock:
+            if self._watcher is None:
+                self._watcher = ThreadWatcher(
+                    self._probe(), name=f"eventstore-watch {self.safe_url}", safety_poll=self.safety_poll
+                )
+            return self._watcher
+
+    def async_watcher(self) -> AsyncChangeWatcher:
+        with self._watcher_lock:
+            if self._async_watcher is None:
+                self._async_watcher = TaskWatcher(self._async_probe(), safety_poll=self.safety_poll)
+            return self._async_watcher

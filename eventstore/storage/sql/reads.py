@@ -1,0 +1,87 @@
+"""Event reads by version range and by id, merged with the sealed segments' events."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import select
+
+from eventstore.core.rows import EventRow
+from eventstore.storage.interface import Tx
+from eventstore.storage.schema import EVENT_COLUMNS, events
+from eventstore.storage.sql.statements import CHUNK
+from eventstore.storage.sql.transactions import SqlTransactions
+
+__all__ = ["EventReads"]
+
+_NO_LIMIT = 2**62
+
+
+def _event(r: Any) -> EventRow:
+    return EventRow(
+        session_pk=r[0],
+        version=r[1],
+        event_id=r[2],
+        type=r[3],
+        turn=r[4],
+        payload=bytes(r[5]),
+        recorded_at=r[6],
+        actor=r[7],
+        metadata=None if r[8] is None else bytes(r[8]),
+        hash=bytes(r[9]),
+        native=None if r[10] is None else bytes(r[10]),
+    )
+
+
+class EventReads(SqlTransactions):
+    """An event log's reads: rows of ``events``, then the sealed events of the range."""
+
+    def events_by_id(self, tx: Tx, session_pk: int, event_ids: Sequence[str]) -> list[EventRow]:
+        out: list[EventRow] = []
+        for chunk in self.iter_chunks(list(event_ids), CHUNK):
+            rows = tx.execute(
+                select(*EVENT_COLUMNS).where(
+                    events.c.session_pk == session_pk, events.c.event_id.in_(chunk)
+                )
+            ).all()
+            out.extend(_event(r) for r in rows)
+        missing = set(event_ids) - {e.event_id for e in out if e.event_id is not None}
+        if missing:
+            out += self._sealed_by_id(tx, session_pk, missing)
+        out.sort(key=lambda e: e.version)
+        return out
+
+    def read_events(
+        self,
+        tx: Tx,
+        session_pk: int,
+        *,
+        after: int,
+        upto: int,
+        limit: int | None = None,
+        desc: bool = False,
+    ) -> list[EventRow]:
+        q = self._q_read_desc if desc else self._q_read_asc
+        params = {
+            "pk": session_pk,
+            "after": after,
+            "upto": upto,
+            "lim": _NO_LIMIT if limit is None else limit,
+        }
+        rows = [_event(r) for r in self._fetchall(tx, q, params)]
+        return self._merge_range(tx, session_pk, rows, after=after, upto=upto, limit=limit, desc=desc)
+
+    def read_payloads(self, tx: Tx, session_pk: int, *, after: int, upto: int) -> list[bytes]:
+        rows = self._fetchall(
+            tx, self._q_read_payloads, {"pk": session_pk, "after": after, "upto": upto}
+        )
+        if len(rows) < upto - after:
+            # Some are sealed (or missing): the merged read says which.
+            return [e.payload for e in self.read_events(tx, session_pk, after=after, upto=upto)]
+        return [r[0] if type(r[0]) is bytes else bytes(r[0]) for r in rows]
+
+    def event_at(self, tx: Tx, session_pk: int, version: int) -> EventRow | None:
+        r = self._fetchone(tx, self._q_event_at, {"pk": session_pk, "version": version})
+        return self._sealed_event_at(tx, session_pk, version) if r is None else _event(r)
+

@@ -1,0 +1,187 @@
+"""Snapshots, their message blobs, and a whole session's load in one read transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import and_, bindparam, or_, select
+
+from eventstore.core.rows import DIGEST_SIZE, LoadParts, Segment, SnapshotRow
+from eventstore.storage.interface import Tx
+from eventstore.storage.schema import snapshot_blobs, snapshots
+from eventstore.storage.sql.statements import CHUNK, SNAPSHOT_COLS, Compiled, session_row
+from eventstore.storage.sql.transactions import SqlTransactions
+
+__all__ = ["Snapshots"]
+
+_P = bindparam
+
+
+def _snapshot(r: Any) -> SnapshotRow:
+    return SnapshotRow(
+        session_pk=r[0],
+        version=r[1],
+        reducer_version=r[2],
+        rest=bytes(r[3]),
+        message_digests=bytes(r[4]),
+    )
+
+
+class Snapshots(SqlTransactions):
+    """Writing and finding snapshots, and the load that starts from one."""
+
+    def _latest_query(self, n_segments: int, n_baselines: int) -> Compiled:
+        """The newest-usable-snapshot query for a lineage shape, compiled once per shape."""
+        key = (n_segments, n_baselines)
+        q = self._q_latest.get(key)
+        if q is None:
+            at_baseline = [
+                and_(snapshots.c.session_pk == _P(f"bpk{i}"), snapshots.c.version == _P(f"bv{i}"))
+                for i in range(n_baselines)
+            ]
+            usable = or_(snapshots.c.reducer_version == _P("rv"), *at_baseline)
+            # A snapshot *at* a segment's lower end is the state of the previous segment's
+            # tip, so it is as good as one inside: `version >= after` (but never version 0).
+            within = or_(
+                *(
+                    and_(
+                        snapshots.c.session_pk == _P(f"spk{i}"),
+                        snapshots.c.version > 0,
+                        snapshots.c.version >= _P(f"sa{i}"),
+                        snapshots.c.version <= _P(f"su{i}"),
+                    )
+                    for i in range(n_segments)
+                ),
+                *at_baseline,
+            )
+            stmt = (
+                select(*SNAPSHOT_COLS)
+                .where(within, usable)
+                .order_by(snapshots.c.version.desc())
+                .limit(1)
+            )
+            q = self._q_latest[key] = Compiled(stmt, self.engine.dialect)
+        return q
+
+    def latest_snapshot(
+        self,
+        tx: Tx,
+        segments: Sequence[Segment],
+        reducer_version: int,
+        baselines: Sequence[tuple[int, int]] = (),
+    ) -> SnapshotRow | None:
+        if not segments and not baselines:
+            return None
+        params: dict[str, Any] = {"rv": reducer_version}
+        for i, s in enumerate(segments):
+            params[f"spk{i}"], params[f"sa{i}"], params[f"su{i}"] = s.session_pk, s.after, s.upto
+        for i, (pk, v) in enumerate(baselines):
+            params[f"bpk{i}"], params[f"bv{i}"] = pk, v
+        r = self._fetchone(tx, self._latest_query(len(segments), len(baselines)), params)
+        return None if r is None else _snapshot(r)
+
+    def list_snapshots(
+        self, tx: Tx, session_pk: int, *, after: int, upto: int
+    ) -> list[SnapshotRow]:
+        rows = self._fetchall(
+            tx, self._q_snapshots, {"pk": session_pk, "after": after, "upto": upto}
+        )
+        return [_snapshot(r) for r in rows]
+
+    def put_snapshot(self, tx: Tx, snap: SnapshotRow, blobs: Mapping[bytes, bytes]) -> None:
+        if blobs:
+            self._runmany(
+                tx, self._q_insert_blobs, [{"digest": d, "body": b} for d, b in blobs.items()]
+            )
+        self._run(
+            tx,
+            self._q_upsert_snapshot,
+            {
+                "session_pk": snap.session_pk,
+                "version": snap.version,
+                "reducer_version": snap.reducer_version,
+                "rest": snap.rest,
+                "message_digests": snap.message_digests,
+            },
+        ).close()
+
+    def _blobs_query(self, n: int) -> Compiled:
+        q = self._q_blobs.get(n)
+        if q is None:
+            stmt = select(snapshot_blobs.c.digest, snapshot_blobs.c.body).where(
+                snapshot_blobs.c.digest.in_([_P(f"d{i}") for i in range(n)])
+            )
+            q = self._q_blobs[n] = Compiled(stmt, self.engine.dialect)
+        return q
+
+    def get_blobs(self, tx: Tx, digests: Sequence[bytes]) -> dict[bytes, bytes]:
+        out: dict[bytes, bytes] = {}
+        unique = list(dict.fromkeys(digests))
+        for chunk in self.iter_chunks(unique, CHUNK):
+            # Pad to a power of two so that only a handful of statement shapes exist.
+            n = 1 << max(0, len(chunk) - 1).bit_length()
+            padded = list(chunk) + [chunk[0]] * (n - len(chunk))
+            rows = self._fetchall(
+                tx, self._blobs_query(n), {f"d{i}": d for i, d in enumerate(padded)}
+            )
+            for d, b in rows:
+                out[bytes(d)] = bytes(b)
+        return out
+
+    def ordered_bodies(self, tx: Tx, message_digests: bytes) -> list[bytes | None]:
+        n = len(message_digests) // DIGEST_SIZE
+        if not n:
+            return []
+        rows = self._fetchall(tx, self._q_ordered_blobs, {"md": message_digests, "n": n})
+        return [None if b is None else b if type(b) is bytes else bytes(b) for (b,) in rows]
+
+    def load_parts(
+        self, session_id: str, version: int | None, reducer_version: int
+    ) -> LoadParts | None:
+        # In one read transaction: the session row, the newest usable snapshot, its
+        # message bodies in snapshot order (one statement: the digests are split by a
+        # recursive CTE, so no parameter list and no digest->body dict), the tail.
+        with self.read() as tx:
+            r = self._fetchone(tx, self._q_get_session, {"id": session_id})
+            if r is None:
+                return LoadParts(None)
+            row = session_row(r)
+            v = row.head if version is None else version
+            if row.parent_pk is not None or not (row.baseline <= v <= row.head):
+                return LoadParts(row)  # a branch, or a version the store refuses
+            base = 0
+            rest: bytes | None = None
+            messages = b""
+            n_digests = n_found = 0
+            baselines = [(row.pk, row.baseline)] if 0 < row.baseline <= v else []
+            snap = self.latest_snapshot(tx, [Segment(row.pk, 0, v)], reducer_version, baselines)
+            if snap is not None:
+                base, rest = snap.version, snap.rest
+                ordered = self.ordered_bodies(tx, snap.message_digests)
+                bodies = [b for b in ordered if b is not None]
+                n_digests, n_found = len(ordered), len(bodies)
+                messages = b",".join(bodies)
+            payloads = self._fetchall(
+                tx, self._q_read_payloads, {"pk": row.pk, "after": base, "upto": v}
+            )
+            sealed: tuple[tuple[int, bytes], ...] = ()
+            if len(payloads) != v - base:
+                # Some are sealed: their payloads are merged in by version (any other gap
+                # takes the general path).
+                found = self._fetchall(tx, self._q_segments, {"pk": row.pk, "after": base, "upto": v})
+                sealed = self._sealed_payloads(found, base, v)
+                if len(payloads) + len(sealed) != v - base:
+                    return LoadParts(row)
+        return LoadParts(
+            row,
+            complete=True,
+            snap_version=base,
+            rest=rest,
+            messages=messages,
+            n_digests=n_digests,
+            n_found=n_found,
+            tail=b",".join(p for (p,) in payloads),
+            n_tail=len(payloads),
+            sealed=sealed,
+        )

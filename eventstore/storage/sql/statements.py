@@ -1,0 +1,281 @@
+"""Every statement both backends share, declared once with SQLAlchemy Core and compiled once per dialect."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import (
+    LargeBinary,
+    and_,
+    any_,
+    bindparam,
+    exists,
+    func,
+    insert,
+    literal,
+    null,
+    select,
+    tuple_,
+    update,
+)
+from sqlalchemy.engine import Dialect
+
+from eventstore.core.rows import DIGEST_SIZE, SessionRow
+from eventstore.storage.catalogue import CATALOGUE_VALUES
+from eventstore.storage.schema import EVENT_COLUMNS, events, sessions, snapshot_blobs, snapshots
+
+__all__ = [
+    "Compiled",
+    "insert_events_stmt",
+    "read_feed_stmt",
+    "read_band_stmt",
+    "ordered_blobs_stmt",
+    "session_row",
+]
+
+# SQLite's default limit is 32766 bound parameters; stay far below it.
+CHUNK = 500
+
+EVENT_KEYS = tuple(c.name for c in EVENT_COLUMNS)  # EventRow's field order
+SESSION_COLS = tuple(sessions.c)
+SNAPSHOT_COLS = tuple(snapshots.c)
+
+
+class Compiled:
+    """A Core statement compiled once for one dialect, executed on the DBAPI cursor.
+
+    The hot statements (append, load) skip SQLAlchemy's per-execution work (statement
+    construction, cache-key generation, result processing): the SQL is still declared as
+    Core, but compiled at start-up. Parameters are passed by name.
+    """
+
+    __slots__ = ("sql", "keys", "defaults")
+
+    def __init__(self, stmt: Any, dialect: Dialect) -> None:
+        c = stmt.compile(dialect=dialect)
+        self.sql: str = c.string
+        self.keys: tuple[str, ...] | None = tuple(c.positiontup) if c.positional else None
+        # Values of literals the statement binds itself (`version > 0`, `LIMIT 1`).
+        self.defaults: dict[str, Any] = {
+            k: v for k, v in c.params.items() if v is not None
+        }
+
+    def args(self, params: Mapping[str, Any]) -> Any:
+        """The parameters in the driver's style (a tuple for qmark, the mapping for pyformat)."""
+        if self.defaults:
+            params = {**self.defaults, **params}
+        if self.keys is None:
+            return params
+        return tuple(params[k] for k in self.keys)
+
+
+_P = bindparam
+
+S_GET_SESSION = select(*SESSION_COLS).where(sessions.c.id == _P("id"))
+S_GET_SESSION_PK = select(*SESSION_COLS).where(sessions.c.pk == _P("pk"))
+S_SET_HEAD = (
+    update(sessions)
+    .where(sessions.c.pk == _P("p_pk"))
+    .values(head=_P("p_head"), head_hash=_P("p_hash"), head_turn=_P("p_turn"))
+)
+# The version check built into the write: it matches only if the head is what we saw.
+S_MOVE_HEAD = (
+    update(sessions)
+    .where(
+        sessions.c.pk == _P("p_pk"),
+        sessions.c.head == _P("p_old_head"),
+        sessions.c.head_hash == _P("p_old_hash"),
+        sessions.c.closed_at.is_(None),
+    )
+    .values(head=_P("p_head"), head_hash=_P("p_hash"), head_turn=_P("p_turn"), **CATALOGUE_VALUES)
+)
+
+def insert_events_stmt(xact: Any) -> Any:
+    """The INSERT of one event row, its columns bound by name and ``xact`` given by the
+    dialect's expression (see :meth:`SqlStorage._new_xact`)."""
+    values: dict[str, Any] = {c.name: _P(c.name) for c in EVENT_COLUMNS}
+    values["xact"] = xact
+    return insert(events).values(values)
+
+
+# The feed: events after a key (xact, session_pk, version), in that order.
+_FEED_KEY = tuple_(events.c.xact, events.c.session_pk, events.c.version)
+# FeedRow's order: the event's columns, its feed number and session id, then its native
+# data (last, so that rows without it keep their shape).
+_FEED_COLS = (*EVENT_COLUMNS[:-1], events.c.xact, sessions.c.id, events.c.native)
+
+
+def read_feed_stmt() -> Any:
+    """The feed's page after a key, where ``xact`` is unique and the table's own key
+    (SQLite): a range scan of the table after ``:x``, each row's session id looked up by
+    its key as it goes (already in order: no sort)."""
+    return (
+        select(*_FEED_COLS)
+        .join_from(events, sessions, sessions.c.pk == events.c.session_pk)
+        .where(events.c.xact > _P("x"))
+        .order_by(events.c.xact)
+        .limit(_P("lim"))
+    )
+
+
+def read_band_stmt(barrier: Any) -> Any:
+    """A banded feed's page (PostgreSQL): the rows with ``:x <= xact <= :upto`` after the
+    key, cut at ``:lim``, and below ``barrier`` (a SQL expression) — which the statement
+    reads itself, in its own snapshot, and returns in the last columns of every row with
+    whether committed rows wait at or above it (``pending``).
+
+    The BRIN index on ``xact`` finds the band as a few page ranges; the rows are sorted in
+    memory. The barrier is the one row the events are left-joined to, so an empty band
+    still returns it (one row of NULL events, sorted last). Session ids are not joined:
+    every page would hash and sort them again (the storage keeps them, see
+    :meth:`SqlStorage.read_band`).
+    """
+    # Materialized, and the band's top computed there: inlined, the barrier's expression
+    # would be evaluated again for every row the bitmap scan rechecks.
+    x = select(barrier.label("below")).subquery("x")
+    top = func.least(_P("upto"), x.c.below - 1)
+    waiting = exists().where(events.c.xact >= x.c.below)
+    b = select(x.c.below, top.label("top"), waiting.label("pending")).cte("b").prefix_with("MATERIALIZED")
+    e = events.c
+    return (
+        select(*EVENT_COLUMNS[:-1], e.xact, e.native, b.c.below, b.c.pending)
+        .select_from(
+            b.outerjoin(
+                events,
+                and_(
+                    _FEED_KEY > tuple_(_P("x"), _P("s"), _P("v")),
+                    e.xact >= _P("x"),
+                    # Implied by the next one, but a bound the index scan can use itself.
+                    e.xact <= _P("upto"),
+                    e.xact <= b.c.top,
+                ),
+            )
+        )
+        .order_by(e.xact, e.session_pk, e.version)
+        .limit(_P("lim"))
+    )
+
+
+#: The ids of some sessions, by key.
+S_SESSION_IDS = select(sessions.c.pk, sessions.c.id).where(sessions.c.pk == any_(_P("pks")))
+
+
+# A streaming turn's group-commit step for one session: the same checked head move, also
+# checking that the turn still holds the session's lease and renewing it.
+_TURN_MOVE = update(sessions).where(
+    sessions.c.pk == _P("p_pk"),
+    sessions.c.head == _P("p_old_head"),
+    sessions.c.head_hash == _P("p_old_hash"),
+    sessions.c.writer == _P("p_writer"),
+    sessions.c.closed_at.is_(None),
+)
+S_TURN_MOVE = _TURN_MOVE.values(
+    head=_P("p_head"),
+    head_hash=_P("p_hash"),
+    head_turn=_P("p_turn"),
+    writer_seen=_P("p_seen"),
+    **CATALOGUE_VALUES,
+)
+S_TURN_CLAIM = (
+    update(sessions)
+    .where(
+        sessions.c.pk == _P("p_pk"),
+        sessions.c.head == _P("p_old_head"),
+        sessions.c.head_hash == _P("p_old_hash"),
+        sessions.c.writer.is_(None),
+        sessions.c.closed_at.is_(None),
+    )
+    .values(
+        head=_P("p_head"),
+        head_hash=_P("p_hash"),
+        head_turn=_P("p_turn"),
+        writer=_P("p_writer"),
+        writer_seen=_P("p_seen"),
+        **CATALOGUE_VALUES,
+    )
+)
+S_TURN_MOVE_RELEASE = _TURN_MOVE.values(
+    head=_P("p_head"),
+    head_hash=_P("p_hash"),
+    head_turn=_P("p_turn"),
+    writer=null(),
+    writer_seen=null(),
+    **CATALOGUE_VALUES,
+)
+_CONTROL_COLS = (
+    sessions.c.pk,
+    sessions.c.head,
+    sessions.c.head_hash,
+    sessions.c.writer,
+    sessions.c.writer_seen,
+    sessions.c.closed_at,
+    sessions.c.closed_reason,
+)
+WITH_HEAD_EVENT = select(
+    *_CONTROL_COLS, events.c.type, events.c.payload, events.c.recorded_at
+).select_from(
+    sessions.outerjoin(
+        events, and_(events.c.session_pk == sessions.c.pk, events.c.version == sessions.c.head)
+    )
+)
+S_CONTROL = select(*_CONTROL_COLS).where(sessions.c.pk == _P("pk"))
+S_CONTROL_HEAD = WITH_HEAD_EVENT.where(sessions.c.pk == _P("pk"))
+S_READ_PAYLOADS = (
+    select(events.c.payload)
+    .where(
+        events.c.session_pk == _P("pk"),
+        events.c.version > _P("after"),
+        events.c.version <= _P("upto"),
+    )
+    .order_by(events.c.version)
+)
+_RANGE = select(*EVENT_COLUMNS).where(
+    events.c.session_pk == _P("pk"),
+    events.c.version > _P("after"),
+    events.c.version <= _P("upto"),
+)
+S_READ_EVENTS_ASC = _RANGE.order_by(events.c.version).limit(_P("lim"))
+S_READ_EVENTS_DESC = _RANGE.order_by(events.c.version.desc()).limit(_P("lim"))
+S_EVENT_AT = select(*EVENT_COLUMNS).where(
+    events.c.session_pk == _P("pk"), events.c.version == _P("version")
+)
+S_SNAPSHOTS_RANGE = (
+    select(*SNAPSHOT_COLS)
+    .where(
+        snapshots.c.session_pk == _P("pk"),
+        snapshots.c.version > _P("after"),
+        snapshots.c.version <= _P("upto"),
+    )
+    .order_by(snapshots.c.version)
+)
+
+
+def ordered_blobs_stmt() -> Any:
+    """The bodies of the ``n`` digests concatenated in ``md``, one row each, in their order
+    (NULL for a missing blob): a recursive CTE counts 0..n-1 and slices the digests."""
+    idx = select(literal(0).label("i")).cte("idx", recursive=True)
+    idx = idx.union_all(select(idx.c.i + 1).where(idx.c.i + 1 < _P("n")))
+    digest = func.substr(_P("md", type_=LargeBinary), idx.c.i * DIGEST_SIZE + 1, DIGEST_SIZE)
+    return (
+        select(snapshot_blobs.c.body)
+        .select_from(idx.outerjoin(snapshot_blobs, snapshot_blobs.c.digest == digest))
+        .order_by(idx.c.i)
+    )
+
+
+def session_row(r: Any) -> SessionRow:
+    # Positional, in the column order of schema.sessions (SESSION_COLS).
+    return SessionRow(
+        pk=r[0],
+        id=r[1],
+        parent_pk=r[2],
+        fork_version=r[3],
+        head=r[4],
+        head_hash=bytes(r[5]),
+        head_turn=r[6],
+        baseline=r[7],
+        baseline_hash=None if r[8] is None else bytes(r[8]),
+        baseline_turn=r[9],
+        created_at=r[10],
+    )
