@@ -155,6 +155,16 @@ class Compaction(SqlTransactions):
     ) -> Erasure:
         root = self.get_session_by_pk(tx, session_pk)
         family = [root, *self.descendants(tx, session_pk)]
+        # Session rows first, in key order, as appends, compaction and the sealer take
+        # them: deleting events before holding the rows deadlocks with a sealer that
+        # holds a row and then deletes that session's events.
+        tx.execute(
+            self._lock_clause(
+                select(sessions.c.pk)
+                .where(sessions.c.pk.in_([r.pk for r in family]))
+                .order_by(sessions.c.pk)
+            )
+        )
         marks = tuple(
             TombstoneRow(
                 session_id=r.id,
