@@ -149,7 +149,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     res: dict[str, Any] = {
         "benchmark": "headload",
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "machine": machine(["eventstore", "psycopg", "SQLAlchemy", "pydantic", "orjson"]),
+        "machine": machine(["eventstore", "psycopg", "SQLAlchemy", "pydantic", "orjson", "lz4"]),
         "baselines": args.baseline,
         "load_before": os.getloadavg(),
         "backends": {},
