@@ -30,6 +30,7 @@ BENCHMARKS: list[str] = [
     "scale",  # partitions vs plain, growth, replicas; needs the replica of scripts/with-postgres
     "catalogue",  # a sidebar page among up to 1M sessions; what the catalogue costs appends
     "seal",  # sealed segments: bytes per event against the bare row; the segment codec
+    "headload",  # the head load and a checkout against a decode of the head state, sealed and not
 ]
 """Benchmark modules run, in this order, by ``python -m benchmarks all``."""
 

@@ -44,7 +44,7 @@ from benchmarks.store import RawPostgres, RawSQLite, _pg_schema
 from eventstore.core.reducer import fold_json
 from eventstore.samples import chat_session
 
-__all__ = ["main"]
+__all__ = ["Worker", "databases", "main"]
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTION = "## Hot path against a revision"
@@ -93,10 +93,10 @@ for line in sys.stdin:
 class Worker:
     """A tree's EventStore in a process of its own."""
 
-    def __init__(self, tree: Path) -> None:
+    def __init__(self, tree: Path, script: str = _WORKER) -> None:
         env = {**os.environ, "PYTHONPATH": str(tree)}
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", _WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True,
+            [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True,
             cwd=tree,  # not the working directory: `-c` puts it first on sys.path
         )
 
@@ -120,11 +120,11 @@ class Worker:
 
 
 @contextmanager
-def _databases(backend: str, args: argparse.Namespace, n: int) -> Iterator[list[str]]:
+def databases(backend: str, pg_url: str | None, n: int) -> Iterator[list[str]]:
     """``n`` empty databases (PostgreSQL schemas of one server, or SQLite files)."""
     with ExitStack() as stack:
         if backend == "postgresql":
-            yield [stack.enter_context(_pg_schema(args.pg_url)) for _ in range(n)]
+            yield [stack.enter_context(_pg_schema(pg_url or "")) for _ in range(n)]
         else:
             d = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="es-hotpath-")))
             yield [f"sqlite:///{d / f'db{i}.db'}" for i in range(n)]
@@ -139,7 +139,7 @@ def _raw(backend: str, url: str) -> Any:
 def _append_figures(backend: str, trees: dict[str, Path], args: argparse.Namespace) -> dict[str, Any]:
     actions = chat_session(200, seed=200)[: args.events + 1]
     blocks = [actions[i : i + args.block] for i in range(1, len(actions), args.block)]
-    with _databases(backend, args, len(trees) + 1) as urls:
+    with databases(backend, args.pg_url, len(trees) + 1) as urls:
         raw = _raw(backend, urls[0])
         workers = {name: Worker(tree) for name, tree in trees.items()}
         try:
@@ -188,7 +188,7 @@ def _load_figures(backend: str, trees: dict[str, Path], args: argparse.Namespace
     blob = orjson.dumps(state)
     rng = random.Random(args.seed)
     versions = [rng.randint(1, len(actions)) for _ in range(args.old_versions)]
-    with _databases(backend, args, len(trees)) as urls:
+    with databases(backend, args.pg_url, len(trees)) as urls:
         workers = {name: Worker(tree) for name, tree in trees.items()}
         try:
             for (name, w), url in zip(workers.items(), urls):

@@ -24,6 +24,7 @@ from sqlalchemy import Engine, text
 from typer.testing import CliRunner
 
 from conftest import make_store
+from eventstore.core.codec import pack_blob, unpack_blob
 from eventstore import (
     Checkpoint,
     CheckpointError,
@@ -82,9 +83,10 @@ def _forge_baseline(raw_engine: Engine, session: str, version: int) -> None:
             ).scalar()
         )
         last = md[-16:]
-        body = bytes(conn.execute(text("SELECT body FROM snapshot_blobs WHERE digest = :d"), {"d": last}).scalar())
-        forged = body.replace(b'"text":"', b'"text":"FORGED ', 1)
-        assert forged != body
+        stored = bytes(conn.execute(text("SELECT body FROM snapshot_blobs WHERE digest = :d"), {"d": last}).scalar())
+        body = unpack_blob(stored)
+        assert b'"text":"' in body
+        forged = pack_blob(body.replace(b'"text":"', b'"text":"FORGED ', 1))
         digest = hashlib.sha256(forged).digest()[:16]
         conn.execute(text("INSERT INTO snapshot_blobs (digest, body) VALUES (:d, :b)"), {"d": digest, "b": forged})
         conn.execute(

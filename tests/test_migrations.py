@@ -207,6 +207,7 @@ def test_revision_0010_drops_poisoned_blobs_and_checks_new_ones(pg_schema: str) 
     """Upgrading drops the snapshots built on a blob that is not what its digest says (and
     that blob); from then on the database refuses such a blob from anyone."""
     from eventstore import fold
+    from eventstore.core.codec import pack_blob, unpack_blob
     from eventstore.samples import chat_session
 
     actions = chat_session(turns=2, seed=8)
@@ -217,13 +218,14 @@ def test_revision_0010_drops_poisoned_blobs_and_checks_new_ones(pg_schema: str) 
     try:
         with engine.begin() as conn:
             command.downgrade(alembic_config(conn), "0006_notify_after_commit")
-            digest = conn.execute(text("SELECT digest FROM snapshot_blobs LIMIT 1")).scalar_one()
+            digest, body = next(
+                (bytes(d), unpack_blob(bytes(b)))
+                for d, b in conn.execute(text("SELECT digest, body FROM snapshot_blobs ORDER BY digest"))
+                if b'"text":"' in unpack_blob(bytes(b))
+            )
             conn.execute(  # what a planted blob left behind: other text under the digest
-                text(
-                    "UPDATE snapshot_blobs SET body = convert_to(replace(convert_from(body, 'UTF8'), "
-                    "'text\":\"', 'text\":\"PLANTED '), 'UTF8') WHERE digest = :d"
-                ),
-                {"d": digest},
+                text("UPDATE snapshot_blobs SET body = :b WHERE digest = :d"),
+                {"b": pack_blob(body.replace(b'"text":"', b'"text":"PLANTED ')), "d": digest},
             )
             conn.execute(text("INSERT INTO snapshot_blobs VALUES ('\\x00', '\"unused\"')"))
             snapshots = conn.execute(text("SELECT count(*) FROM snapshots")).scalar_one()

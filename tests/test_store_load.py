@@ -53,39 +53,63 @@ def _split(digests: bytes) -> list[bytes]:
 def test_chunks_join_to_the_message_array_and_share_unchanged_prefixes() -> None:
     import hashlib
 
-    from eventstore.core.codec import DIGEST_SIZE, SnapshotCodec
+    from eventstore.core.codec import DIGEST_SIZE, SnapshotCodec, chunk_spans, unpack_blob
 
     state = fold_json(None, chat_session(6, seed=2))
     n = len(state["messages"])
     assert n > 10
-    codec = SnapshotCodec(chunk_messages=4)
+    codec = SnapshotCodec(chunk_messages=2, growth=2)
     rest, digests, blobs = codec.encode(state)
     order = _split(digests)
-    assert len(order) == -(-n // 4)  # one digest per chunk of 4 messages
+    spans = chunk_spans(n, 2, 2)
+    assert len(order) == len(spans) <= 2 * n.bit_length()  # blobs of 2, 4, 8, ... messages
     assert SnapshotCodec.decode(rest, [blobs[d] for d in order]) == state
     assert all(hashlib.sha256(body).digest()[:DIGEST_SIZE] == d for d, body in blobs.items())
-    # Two more messages: every full chunk before them keeps its digest (stored once).
+    assert all(len(body) < len(unpack_blob(body)) for body in blobs.values() if len(unpack_blob(body)) > 200)
+    # More messages: every chunk range both states have, before the last message, keeps
+    # its digest (stored once).
     longer = fold_json(state, chat_session(7, seed=2)[len(chat_session(6, seed=2)) :])
-    more = _split(SnapshotCodec(chunk_messages=4).encode(longer)[1])
-    assert more[: n // 4] == order[: n // 4]
+    more = dict(zip(chunk_spans(len(longer["messages"]), 2, 2), _split(codec.encode(longer)[1])))
+    kept = [(span, d) for span, d in zip(spans, order) if span[1] < n]
+    assert kept and all(more[span] == d for span, d in kept if span in more)
+    assert sum(span in more for span, _ in kept) >= len(kept) - 2
 
 
-@pytest.mark.parametrize("chunk", [1, 3, 16])
-def test_snapshots_of_any_chunk_size_load_alike(db_url: str, chunk: int) -> None:
-    # chunk 1 is the format of stores written before chunks: still read the same.
+def test_chunk_spans_take_the_largest_aligned_blobs_first() -> None:
+    from eventstore.core.codec import chunk_spans
+
+    assert chunk_spans(600, 8, 8) == [(0, 512), (512, 576), (576, 584), (584, 592), (592, 600)]
+    assert chunk_spans(7, 8, 8) == [(0, 7)]
+    assert chunk_spans(0, 8, 8) == []
+    assert chunk_spans(10, 4, 1) == [(0, 4), (4, 8), (8, 10)]
+    for n in range(0, 300, 7):
+        spans = chunk_spans(n, 3, 4)
+        assert [i for s in spans for i in range(*s)] == list(range(n))
+
+
+# (messages per chunk, growth, packed): one raw blob per message (the first format), flat
+# raw chunks of 16 (the format before blobs were packed), packed growing chunks (today's).
+@pytest.mark.parametrize("fmt", [(1, 1, False), (16, 1, False), (3, 2, True), (8, 8, True)])
+def test_snapshots_of_any_format_load_alike(db_url: str, fmt: tuple[int, int, bool]) -> None:
     from eventstore.core.codec import SnapshotCodec
 
-    actions = chat_session(4, seed=chunk)
+    actions = chat_session(6, seed=fmt[0])
     make_store(db_url).close()
     writer = store_mod.Engine(db_url, snapshot_every=7)
-    writer.planner.codec = SnapshotCodec(chunk_messages=chunk)
-    for i in range(0, len(actions), 30):
-        writer.append("s", actions[i : i + 30])
+    writer.planner.codec = SnapshotCodec(chunk_messages=fmt[0], growth=fmt[1], packed=fmt[2])
+    half = len(actions) // 2
+    for i in range(0, half, 30):
+        writer.append("s", actions[i : min(half, i + 30)])
     writer.close()
     with EventStore(db_url, snapshot_every=7) as reader:
-        for v in range(0, len(actions) + 1, 11):
+        for v in range(0, half + 1, 11):
             assert reader.load("s", version=v).to_json() == fold_json(None, actions[:v]), v
             assert _general(db_url, "s", v) == fold_json(None, actions[:v]), v
+        # Today's writer goes on after snapshots of the older format.
+        for i in range(half, len(actions), 30):
+            reader.append("s", actions[i : i + 30])
+        for v in range(0, len(actions) + 1, 11):
+            assert reader.load("s", version=v).to_json() == fold_json(None, actions[:v]), v
         assert reader.verify("s").ok
 
 

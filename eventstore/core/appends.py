@@ -323,7 +323,7 @@ def state_from_parts(parts: LoadParts, version: int) -> State:
     if parts.rest is not None:
         if parts.n_found != parts.n_digests:
             raise missing_blob(base)
-        state = SnapshotCodec.decode_joined(parts.rest, parts.messages)
+        state = SnapshotCodec.decode(parts.rest, parts.bodies)
     assert parts.row is not None
     actions = orjson.loads(b"[" + parts.tail + b"]") if parts.n_tail else []
     if parts.sealed:

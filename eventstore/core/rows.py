@@ -169,8 +169,8 @@ class LoadParts:
             general way); the fields below are then empty.
         snap_version: the version of the snapshot used (0: none, fold from the start).
         rest: the snapshot's ``rest`` bytes, or ``None`` without a snapshot.
-        messages: the snapshot's message bodies joined by commas, in order (no brackets).
-        n_digests: how many messages the snapshot lists.
+        bodies: the snapshot's stored blobs, in its order (the codec decodes them).
+        n_digests: how many blobs the snapshot lists.
         n_found: how many of them have a blob (fewer: a blob is missing).
         tail: the payloads of the events after the snapshot up to the version, joined by
             commas in version order (no brackets).
@@ -183,7 +183,7 @@ class LoadParts:
     complete: bool = False
     snap_version: int = 0
     rest: bytes | None = None
-    messages: bytes = b""
+    bodies: tuple[bytes, ...] = ()
     n_digests: int = 0
     n_found: int = 0
     tail: bytes = b""

@@ -34,7 +34,7 @@ from eventstore.core.catalogue import (
     state_catalogue,
 )
 from eventstore.core.catalogue import effect as catalogue_effect
-from eventstore.core.codec import DIGEST_SIZE, decode_many
+from eventstore.core.codec import DIGEST_SIZE, SnapshotCodec, decode_many
 from eventstore.core.ids import check_new_session_id
 from eventstore.core.records import SessionInfo, to_datetime
 from eventstore.core.reducer import REDUCER_VERSION, fold_json
@@ -294,7 +294,7 @@ class TransactionSteps:
             bodies = self.storage.ordered_bodies(tx, digests[start:end])
             if None in bodies:
                 raise missing_blob(snap.version)
-            yield from orjson.loads(b"[" + b",".join(bodies) + b"]")  # type: ignore[arg-type]
+            yield from SnapshotCodec.messages(bodies)  # type: ignore[arg-type]
             start, chunk = end, chunk * 8
 
     def refresh_catalogue(self, tx: Tx, pk: int) -> None:

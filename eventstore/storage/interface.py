@@ -456,7 +456,7 @@ class Storage(ABC):
         """A root session's state parts at ``version`` (``None``: the head), in one read.
 
         The newest usable snapshot at or below the version (as :meth:`latest_snapshot`
-        with the session's compaction baseline), its message bodies in order and the
+        with the session's compaction baseline), its stored blobs in order and the
         payloads of the events after it. ``None`` when the backend has no such
         statement (the store then reads the parts one by one).
         """

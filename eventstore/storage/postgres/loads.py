@@ -1,4 +1,4 @@
-"""PostgreSQL's load: a root session's row, snapshot, message bodies and tail in one round trip."""
+"""PostgreSQL's load: a root session's row, snapshot, its stored blobs and tail in one round trip."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ class HotLoads(Connections):
             complete=True,
             snap_version=r[11] or 0,
             rest=r[12],
-            messages=r[13] or b"",
+            bodies=tuple(r[13] or ()),
             n_digests=r[14],
             n_found=r[15],
             tail=r[16] or b"",

@@ -221,10 +221,11 @@ def feed_barrier_stmt() -> Any:
 
 # A root session's load in one round trip: the session row, its newest usable snapshot
 # at or below the version (made by this reducer, or the compaction baseline whatever its
-# reducer), the snapshot's message bodies joined in order by SQL (the digests are split
-# with generate_series, so the order is the snapshot's), and the tail payloads joined in
-# version order. Python then parses two JSON arrays. Branches get only their row (the
-# lineage is read the general way). LATERAL joins rather than CTEs: cheaper to plan,
+# reducer), the snapshot's stored blobs as an array in its order (the digests are split
+# with generate_series; the codec compressed them, so the server sends them as stored, a
+# fifth of the state's bytes), and the tail payloads joined in version order. Python then
+# unpacks the blobs and parses two JSON arrays. Branches get only their row (the lineage is
+# read the general way). LATERAL joins rather than CTEs: cheaper to plan,
 # which is most of a cold load's server time. {KEY} is how the snapshot and event scans
 # name the session's key (see LOAD_BY_KEY).
 LOAD_TEMPLATE = f"""
@@ -245,7 +246,7 @@ LEFT JOIN LATERAL (
 LEFT JOIN LATERAL (
     -- One index probe per digest, as a scalar subquery: a join here may be planned as a
     -- hash join over every blob of every session.
-    SELECT string_agg(c.body, ','::bytea ORDER BY c.i) AS bodies,
+    SELECT array_agg(c.body ORDER BY c.i) AS bodies,
            count(*) AS n_digests, count(c.body) AS n_found
     FROM (
         SELECT g.i, (

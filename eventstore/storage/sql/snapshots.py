@@ -140,7 +140,7 @@ class Snapshots(SqlTransactions):
         self, session_id: str, version: int | None, reducer_version: int
     ) -> LoadParts | None:
         # In one read transaction: the session row, the newest usable snapshot, its
-        # message bodies in snapshot order (one statement: the digests are split by a
+        # stored blobs in snapshot order (one statement: the digests are split by a
         # recursive CTE, so no parameter list and no digest->body dict), the tail.
         with self.read() as tx:
             r = self._fetchone(tx, self._q_get_session, {"id": session_id})
@@ -152,16 +152,15 @@ class Snapshots(SqlTransactions):
                 return LoadParts(row)  # a branch, or a version the store refuses
             base = 0
             rest: bytes | None = None
-            messages = b""
+            bodies: tuple[bytes, ...] = ()
             n_digests = n_found = 0
             baselines = [(row.pk, row.baseline)] if 0 < row.baseline <= v else []
             snap = self.latest_snapshot(tx, [Segment(row.pk, 0, v)], reducer_version, baselines)
             if snap is not None:
                 base, rest = snap.version, snap.rest
                 ordered = self.ordered_bodies(tx, snap.message_digests)
-                bodies = [b for b in ordered if b is not None]
+                bodies = tuple(b for b in ordered if b is not None)
                 n_digests, n_found = len(ordered), len(bodies)
-                messages = b",".join(bodies)
             payloads = self._fetchall(
                 tx, self._q_read_payloads, {"pk": row.pk, "after": base, "upto": v}
             )
@@ -178,7 +177,7 @@ class Snapshots(SqlTransactions):
             complete=True,
             snap_version=base,
             rest=rest,
-            messages=messages,
+            bodies=bodies,
             n_digests=n_digests,
             n_found=n_found,
             tail=b",".join(p for (p,) in payloads),

@@ -1,0 +1,219 @@
+"""The head load against a decode of the head state, sealed and not, against a revision.
+
+Run (PostgreSQL comes from scripts/with-postgres)::
+
+    scripts/with-postgres .venv/bin/python -m benchmarks headload            # against main's parent
+    ... --baseline REV[,REV...] --backends postgresql,sqlite --rounds 41 --no-record
+
+One ``chat_session(200, seed=20251129)`` (≈ 17,000 events) is written one turn per append by
+each tree (this one and each ``--baseline`` revision, extracted from git and run in a worker
+process of its own, its tree first on ``sys.path``) into a database of its own, once with
+``seal=False`` and once with ``seal=True`` (then ``store.seal()``: every closed turn sealed).
+Then, in interleaved rounds (the order rotating each round), three things are timed:
+
+- the baseline: ``orjson.loads`` of the head state's canonical JSON (``codec.canonical`` of
+  the state's wire dict, sorted keys, compact: what the store writes), in this process;
+- ``store.load(s)``, the head, as a ``SessionState``;
+- ``store.load(s, version=v)`` with ``v`` the version at the end of turn T/2 (a checkout of
+  an old version).
+
+Each worker times its own call, so the pipe is never in a figure. Figures are medians over
+rounds; a ratio is the median over rounds of that round's time ÷ that round's decode. Beside
+the wall-clock ratio, the CPU ratio: the CPU time of the loading thread ÷ that of the decode
+(on a machine shared by many processes a longer call is more often preempted, which inflates
+the wall-clock ratio; the CPU ratio leaves out the PostgreSQL server's share).
+Every tree's head and checkout states are first compared with the reference fold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import gc
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from benchmarks._common import extract_tree, machine, split_turns
+from benchmarks.hotpath import Worker, databases
+from eventstore.core.codec import canonical
+from eventstore.core.reducer import fold_json
+from eventstore.samples import chat_session
+
+__all__ = ["main"]
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = Path(__file__).parent / "out" / "headload.json"
+SEED = 20251129
+
+# The worker: one EventStore of whichever tree is first on sys.path; it times its own calls.
+_WORKER = r"""
+import json, sys, time
+from eventstore import EventStore
+store = None
+for line in sys.stdin:
+    cmd = json.loads(line)
+    op = cmd["op"]
+    if op == "open":
+        store = EventStore(cmd["url"], seal=cmd["seal"])
+        store.migrate()
+        out = {}
+    elif op == "append_turns":
+        for t in cmd["turns"]:
+            store.append(cmd["sid"], t)
+        out = {}
+    elif op == "seal":
+        out = {"sealed": store.seal() if cmd["seal"] else 0}
+    elif op == "load":
+        c0, t0 = time.thread_time(), time.perf_counter()
+        store.load(cmd["sid"], version=cmd["version"])
+        out = {"s": time.perf_counter() - t0, "cpu": time.thread_time() - c0}
+    elif op == "state":
+        out = {"state": store.load(cmd["sid"], version=cmd["version"]).to_json()}
+    elif op == "close":
+        store.close()
+        break
+    sys.stdout.write(json.dumps(out) + "\n")
+    sys.stdout.flush()
+"""
+
+
+def _figures(backend: str, trees: dict[str, Path], args: argparse.Namespace) -> dict[str, Any]:
+    actions = chat_session(args.turns, seed=SEED)
+    turns = split_turns(actions)
+    half = sum(len(t) for t in turns[: len(turns) // 2])
+    head_json = canonical(fold_json(None, actions))
+    expected = {None: orjson.loads(head_json), half: fold_json(None, actions[:half])}
+    configs = [(name, seal) for name in trees for seal in (False, True)]
+    with databases(backend, args.pg_url, len(configs)) as urls:
+        workers = {(name, seal): Worker(trees[name], _WORKER) for name, seal in configs}
+        try:
+            for ((name, seal), w), url in zip(workers.items(), urls):
+                w.call("open", url=url, seal=seal)
+                for i in range(0, len(turns), 20):
+                    w.call("append_turns", sid="big", turns=turns[i : i + 20])
+                w.call("seal", seal=seal)
+                for v, state in expected.items():
+                    if w.call("state", sid="big", version=v)["state"] != state:
+                        raise RuntimeError(f"{name} (seal={seal}): the state at {v} differs from the fold")
+            keys = [*workers, "decode"]
+            head: dict[Any, list[tuple[float, float]]] = {k: [] for k in keys}
+            old: dict[Any, list[tuple[float, float]]] = {k: [] for k in workers}
+            for w in workers.values():  # warm-up: prepared statements, caches
+                w.call("load", sid="big", version=None)
+                w.call("load", sid="big", version=half)
+            for i in range(args.rounds):
+                k = i % len(keys)
+                for key in keys[k:] + keys[:k]:
+                    if key == "decode":
+                        gc.collect()
+                        c0, t0 = time.thread_time(), time.perf_counter()
+                        orjson.loads(head_json)
+                        head[key].append((time.perf_counter() - t0, time.thread_time() - c0))
+                    else:
+                        for into, v in ((head, None), (old, half)):
+                            r = workers[key].call("load", sid="big", version=v)
+                            into[key].append((r["s"], r["cpu"]))
+        finally:
+            for w in workers.values():
+                w.close()
+    decode = head["decode"]
+    out: dict[str, Any] = {
+        "events": len(actions),
+        "checkout_version": half,
+        "state_bytes": len(head_json),
+        "decode_ms": statistics.median(d[0] for d in decode) * 1e3,
+        "decode_cpu_ms": statistics.median(d[1] for d in decode) * 1e3,
+        "trees": {},
+    }
+    for name, seal in configs:
+        f: dict[str, float] = {}
+        for what, runs in (("head", head[(name, seal)]), ("checkout", old[(name, seal)])):
+            f[f"{what}_ms"] = statistics.median(r[0] for r in runs) * 1e3
+            f[f"{what}_ratio"] = statistics.median(r[0] / d[0] for r, d in zip(runs, decode))
+            f[f"{what}_cpu_ratio"] = statistics.median(r[1] / max(d[1], 1e-9) for r, d in zip(runs, decode))
+        out["trees"].setdefault(name, {})["sealed" if seal else "rows"] = f
+    return out
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """The figures on every backend; the baseline trees extracted to a temporary directory."""
+    res: dict[str, Any] = {
+        "benchmark": "headload",
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine(["eventstore", "psycopg", "SQLAlchemy", "pydantic", "orjson", "lz4"]),
+        "baselines": args.baseline,
+        "load_before": os.getloadavg(),
+        "backends": {},
+    }
+    with tempfile.TemporaryDirectory(prefix="es-headload-tree-") as tmp:
+        trees: dict[str, Path] = {}
+        for i, rev in enumerate(args.baseline):
+            (Path(tmp) / str(i)).mkdir()
+            trees[rev] = extract_tree(ROOT, rev, Path(tmp) / str(i))
+        trees["this tree"] = ROOT
+        for backend in args.backends:
+            res["backends"][backend] = _figures(backend, trees, args)
+            print(backend, json.dumps(res["backends"][backend], indent=1), flush=True)
+    res["load_after"] = os.getloadavg()
+    return res
+
+
+def render(res: dict[str, Any], command: str) -> str:
+    """The table of a run, for RESULTS.md."""
+    m = res["machine"]
+    la = ", ".join(f"{x:.1f}" for x in (*res["load_before"][:1], *res["load_after"][:1]))
+    lines = [
+        f"Command: `{command}` — {res['date']}; load average {la} (before, after).",
+        "",
+        f"Machine: `{m['uname']}`, nproc {m['nproc']}, Python {m['python']}; packages {json.dumps(m['packages'])}.",
+        "",
+        "| backend | tree | sealed | events | state KB | decode ms | head ms | head ÷ decode (CPU) "
+        "| checkout T/2 ms | checkout ÷ decode (CPU) |",
+        "|---|---|---|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    for backend, r in res["backends"].items():
+        for name, by_seal in r["trees"].items():
+            for kind, f in by_seal.items():
+                lines.append(
+                    f"| {backend} | {name} | {'yes' if kind == 'sealed' else 'no'} | {r['events']:,} "
+                    f"| {r['state_bytes'] / 1024:.0f} | {r['decode_ms']:.2f} | {f['head_ms']:.2f} "
+                    f"| **{f['head_ratio']:.2f}** ({f['head_cpu_ratio']:.2f}) | {f['checkout_ms']:.2f} "
+                    f"| {f['checkout_ratio']:.2f} ({f['checkout_cpu_ratio']:.2f}) |"
+                )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark and print its table (for the "Head load" section of RESULTS.md)."""
+    p = argparse.ArgumentParser(prog="python -m benchmarks headload", description=__doc__.splitlines()[0])
+    p.add_argument("--baseline", default="", help="git revisions to compare with, comma-separated")
+    p.add_argument("--backends", default="postgresql,sqlite")
+    p.add_argument("--pg-url", default=os.environ.get("EVENTSTORE_TEST_PG_URL"))
+    p.add_argument("--turns", type=int, default=200)
+    p.add_argument("--rounds", type=int, default=41)
+    args = p.parse_args(list(argv or []))
+    args.backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    args.baseline = [b.strip() for b in args.baseline.split(",") if b.strip()]
+    if "postgresql" in args.backends and not args.pg_url:
+        p.error("PostgreSQL needs --pg-url or EVENTSTORE_TEST_PG_URL (run under scripts/with-postgres)")
+    res = run(args)
+    OUT.parent.mkdir(exist_ok=True)
+    OUT.write_text(json.dumps(res, indent=2))
+    command = "scripts/with-postgres .venv/bin/python -m benchmarks headload" + (
+        " " + " ".join(argv) if argv else ""
+    )
+    print(render(res, command))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
