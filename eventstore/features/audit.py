@@ -1,7 +1,7 @@
 """Signed checkpoints of a database, and erasure: the audit features that take an engine.
 
 :func:`checkpoint` signs every session's head (see :mod:`eventstore.core.checkpoints` for the
-format and for what verifying against one decides; :func:`eventstore.features.verify.verify` does
+format and for what verifying against one decides; :func:`eventstore.features.integrity.verify` does
 the verifying). :func:`erase` removes a session and every branch forked from it, leaving
 tombstones; :func:`erase_older_than` does so by age, for retention.
 """
