@@ -64,6 +64,7 @@ _PUBLIC: dict[str, dict[str, str]] = {
     },
     "the pure core": {
         "session_reducer": "eventstore.core.reducer",
+        "apply_action": "eventstore.core.reducer",
         "fold": "eventstore.core.reducer",
         "resumable": "eventstore.core.reducer",
         "is_cancelled": "eventstore.core.reducer",
@@ -73,6 +74,7 @@ _PUBLIC: dict[str, dict[str, str]] = {
         "parse_action_json": "eventstore.core.models",
         "check_json_text": "eventstore.core.json_limits",
         "visible": "eventstore.core.text",
+        "one_line": "eventstore.core.text",
         "visible_json": "eventstore.core.text",
         "UNSAFE": "eventstore.core.text",
         "MAX_JSON_DEPTH": "eventstore.core.json_limits",
@@ -244,6 +246,9 @@ if TYPE_CHECKING:  # static checkers cannot follow the table: they read these im
         visible as visible,
     )
     from eventstore.core.text import (
+        one_line as one_line,
+    )
+    from eventstore.core.text import (
         visible_json as visible_json,
     )
     from eventstore.core.models import (
@@ -305,6 +310,9 @@ if TYPE_CHECKING:  # static checkers cannot follow the table: they read these im
     )
     from eventstore.core.reducer import (
         session_reducer as session_reducer,
+    )
+    from eventstore.core.reducer import (
+        apply_action as apply_action,
     )
     from eventstore.core.turn_view import (
         ToolCall as ToolCall,

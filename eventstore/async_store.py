@@ -46,9 +46,7 @@ from eventstore.engine.facade import StoreBase
 from eventstore.engine.group_commit import AppendGroup
 from eventstore.engine.turns import DEFAULT_MAX_DELAY
 from eventstore.features import audit, compaction, exporting, importing, timetravel
-from eventstore.features import report as reporting
-from eventstore.features import rewind as rewinding
-from eventstore.features import verify as verifying
+from eventstore.features import integrity, report, rewind
 from eventstore.features.compaction import CompactResult
 from eventstore.features.timetravel import ReplayStep
 from eventstore.features.importing import ImportResult
@@ -186,13 +184,13 @@ class AsyncEventStore(StoreBase):
         """Twin of :meth:`EventStore.rewind <eventstore.EventStore.rewind>`: the kept id,
         or ``None`` when ``to`` is the head."""
         return await run(
-            rewinding.rewind, self._engine, session, to=to, expected_version=expected_version, actor=actor, reason=reason
+            rewind.rewind, self._engine, session, to=to, expected_version=expected_version, actor=actor, reason=reason
         )
 
     async def lines(self, session: str) -> list[SessionInfo]:
         """Twin of :meth:`EventStore.lines <eventstore.EventStore.lines>`: the lines rewound
         away from a session, oldest first."""
-        return await run(rewinding.lines, self._engine, session)
+        return await run(rewind.lines, self._engine, session)
 
     async def seal(self, session: str | None = None) -> int:
         """Twin of :meth:`EventStore.seal <eventstore.EventStore.seal>`. The async store
@@ -360,7 +358,7 @@ class AsyncEventStore(StoreBase):
     ) -> VerifyReport:
         """Twin of :meth:`EventStore.verify <eventstore.EventStore.verify>`."""
         return await run(
-            verifying.verify, self._engine, session, checkpoint=checkpoint, public_key=public_key, progress=progress
+            integrity.verify, self._engine, session, checkpoint=checkpoint, public_key=public_key, progress=progress
         )
 
     # -- audit --------------------------------------------------------------------------
@@ -398,7 +396,7 @@ class AsyncEventStore(StoreBase):
     ) -> str:
         """Twin of :meth:`EventStore.report <eventstore.EventStore.report>`."""
         return await run(
-            reporting.report,
+            report.report,
             self._engine,
             session,
             version,

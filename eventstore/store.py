@@ -12,7 +12,7 @@
 The machinery is in :mod:`eventstore.engine.engine` (appends, loads, branches, the compaction
 primitive) over the pure :mod:`eventstore.core.appends`; the features are modules that take
 the engine: :mod:`eventstore.features.timetravel` (diff, replay, turns), :mod:`eventstore.features.compaction`,
-:mod:`eventstore.features.exporting` / :mod:`~eventstore.features.importing` and :mod:`eventstore.features.verify`. The wire
+:mod:`eventstore.features.exporting` / :mod:`~eventstore.features.importing` and :mod:`eventstore.features.integrity`. The wire
 format and the reducer's rules are described in ``docs/format.md``.
 
 One ``EventStore`` may be shared by many threads (a sync web server does exactly this):
@@ -42,9 +42,7 @@ from eventstore.engine.engine import DEFAULT_SNAPSHOT_EVERY
 from eventstore.engine.facade import StoreBase
 from eventstore.engine.turns import DEFAULT_MAX_DELAY, StreamingTurn, TurnWriter
 from eventstore.features import audit, compaction, exporting, importing, timetravel
-from eventstore.features import report as reporting
-from eventstore.features import rewind as rewinding
-from eventstore.features import verify as verifying
+from eventstore.features import integrity, report, rewind
 from eventstore.features.compaction import CompactResult
 from eventstore.features.timetravel import ReplayStep
 from eventstore.features.importing import ImportResult
@@ -329,7 +327,7 @@ class EventStore(StoreBase):
             SessionClosed: the session is closed to writes (a kept line is).
             TurnBusy: a streaming turn holds the session.
         """
-        return rewinding.rewind(
+        return rewind.rewind(
             self._engine, session, to=to, expected_version=expected_version, actor=actor, reason=reason
         )
 
@@ -344,7 +342,7 @@ class EventStore(StoreBase):
             SessionNotFound: no such session.
             SessionErased: it was erased.
         """
-        return rewinding.lines(self._engine, session)
+        return rewind.lines(self._engine, session)
 
     def seal(self, session: str | None = None) -> int:
         """Seal every closed turn now, of one session or of all, and return how many turns
@@ -657,8 +655,8 @@ class EventStore(StoreBase):
     ) -> VerifyReport:
         """Check the hash chain, turns, baselines and every snapshot against the fold of its
         events (one session, or all) and, given a signed ``checkpoint`` and its
-        ``public_key``, that the database still extends it; see :func:`eventstore.features.verify.verify`."""
-        return verifying.verify(
+        ``public_key``, that the database still extends it; see :func:`eventstore.features.integrity.verify`."""
+        return integrity.verify(
             self._engine, session, checkpoint=checkpoint, public_key=public_key, progress=progress
         )
 
@@ -714,7 +712,7 @@ class EventStore(StoreBase):
         Returns:
             The page.
         """
-        return reporting.report(
+        return report.report(
             self._engine,
             session,
             version,

@@ -8,8 +8,10 @@ The folders are the layers, and each rule below is one a newcomer can read off t
   features, the facades, nor the core's domain modules (models, reducer, codec, diff), only
   the rows it exchanges (`core.rows`) and the error tree;
 - only the PostgreSQL storage imports psycopg (migrations aside);
-- the CLI uses only the public names of `eventstore` (its `__all__`), plus the sample-data
-  module for its demo;
+- the CLI and the integrations (`eventstore/integrations/`) use only the public names of
+  `eventstore` (its `__all__`), the CLI also the sample-data module for its demo;
+- `__all__` comes from one table (`_PUBLIC`), and the imports static checkers read name
+  exactly its names, each from the module the table says;
 - nothing outside the facades (`eventstore/store.py`, `eventstore/async_store.py` and their
   shared base) imports them, except the package's `__init__` that re-exports them;
 - nothing outside the facades reads their private attributes (`store._x`);
@@ -23,6 +25,7 @@ Each rule is also checked to fail when broken (`test_the_rules_catch_a_break`).
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 import pytest
@@ -103,14 +106,23 @@ LAYER_RULES: dict[str, tuple[str, ...]] = {
 IMPURE_CALLS = {("datetime", "now"), ("datetime", "utcnow"), ("date", "today"), ("time", "time")}
 
 
+def _owner_name(node: ast.expr) -> str | None:
+    """The last name of what an attribute is read from: ``datetime`` for both
+    ``datetime.now`` and ``datetime.datetime.now``."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return None
+
+
 def _clock_reads(tree: ast.AST) -> list[str]:
     return [
-        f"line {node.lineno} calls {node.func.value.id}.{node.func.attr}()"  # type: ignore[attr-defined]
+        f"line {node.lineno} calls {_owner_name(node.func.value)}.{node.func.attr}()"  # type: ignore[attr-defined]
         for node in ast.walk(tree)
         if isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
-        and isinstance(node.func.value, ast.Name)
-        and (node.func.value.id, node.func.attr) in IMPURE_CALLS
+        and (_owner_name(node.func.value), node.func.attr) in IMPURE_CALLS
     ]
 
 
@@ -141,8 +153,12 @@ def test_each_layer_keeps_its_rule(layer: str) -> None:
 BREAKS = {
     "core": "import threading\n",
     "core ": "from datetime import datetime\nWHEN = datetime.now()\n",
+    "core  ": "import datetime\nWHEN = datetime.datetime.now()\n",
+    "core   ": "from eventstore.engine.engine import Engine\n",
+    "core    ": "import sqlalchemy\n",
     "features": "from eventstore.storage.interface import Storage\n",
     "storage": "from eventstore.core.models import parse_action\n",
+    "storage ": "from eventstore.core.reducer import fold\n",
 }
 
 
@@ -181,24 +197,86 @@ def test_the_imports_walker_sees_relative_imports() -> None:
     ]
 
 
-def test_cli_uses_only_public_eventstore_names() -> None:
+#: Who may use only the public API, and the files that are theirs.
+PUBLIC_ONLY = {
+    "cli": lambda: sorted((ROOT / "cli").rglob("*.py")),
+    "integrations": lambda: sorted((PKG / "integrations").rglob("*.py")),
+}
+
+
+def _non_public_imports(sources: dict[Path, str]) -> list[str]:
+    """Every import of an ``eventstore`` name outside ``__all__`` (or of a submodule)."""
     public = set(eventstore.__all__)
     bad = []
-    for f in sorted((ROOT / "cli").rglob("*.py")):
-        for mod, names in _imports(f):
-            if mod == "eventstore.samples":
+    for path, text in sources.items():
+        for mod, names in _imports_of(ast.parse(text, filename=str(path)), path):
+            if mod == "eventstore.samples" and path.is_relative_to(ROOT / "cli"):
                 continue  # the demo's sample data: importable, not in the public namespace
             if mod == "eventstore":
                 bad += [
-                    f"{f.relative_to(ROOT)}: eventstore.{n} is not public"
+                    f"{path.relative_to(ROOT)}: eventstore.{n} is not public"
                     for n in names
                     if n not in public
                 ]
-            elif mod.startswith("eventstore."):
+            elif mod.startswith("eventstore.") and not mod.startswith("eventstore.integrations"):
                 bad.append(
-                    f"{f.relative_to(ROOT)} imports {mod} (use `from eventstore import ...`)"
+                    f"{path.relative_to(ROOT)} imports {mod} (use `from eventstore import ...`)"
                 )
-    assert bad == []
+    return bad
+
+
+@pytest.mark.parametrize("user", sorted(PUBLIC_ONLY))
+def test_the_cli_and_integrations_use_only_public_names(user: str) -> None:
+    files = PUBLIC_ONLY[user]()
+    assert files
+    assert _non_public_imports({f: f.read_text() for f in files}) == []
+
+
+@pytest.mark.parametrize(
+    "user, line",
+    [
+        ("cli", "from eventstore.core.reducer import fold\n"),
+        ("cli", "from eventstore import Engine\n"),
+        ("integrations", "from eventstore.core.reducer import fold_json\n"),
+        ("integrations", "from eventstore.engine.engine import Engine\n"),
+    ],
+)
+def test_the_public_api_rule_catches_a_break(user: str, line: str) -> None:
+    """Checked by breaking it: one private import added to one of the user's files is caught."""
+    sources = {f: f.read_text() for f in PUBLIC_ONLY[user]()}
+    victim = next(p for p in sources if p.name != "__init__.py")
+    sources[victim] = line + sources[victim]
+    assert _non_public_imports(sources) != []
+
+
+def _type_checking_imports(tree: ast.Module) -> dict[str, str]:
+    """``{name: module}`` of the imports under ``if TYPE_CHECKING:`` of a module."""
+    found: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            for imp in node.body:
+                assert isinstance(imp, ast.ImportFrom) and imp.module
+                for alias in imp.names:
+                    assert alias.asname in (None, alias.name), f"{alias.name} renamed"
+                    found[alias.name] = imp.module
+    return found
+
+
+def test_all_comes_from_the_one_table_and_the_static_imports_match_it() -> None:
+    """``__all__`` is the table's names; the imports static checkers read are the same
+    names from the same modules (so a name added to one place and not the other fails)."""
+    tree = ast.parse((PKG / "__init__.py").read_text())
+    groups = next(
+        ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", None) == "_PUBLIC"
+    )
+    table = {name: module for group in groups.values() for name, module in group.items()}
+    assert eventstore.__all__ == list(table)
+    static = _type_checking_imports(tree)
+    assert static == table
+    for name, module in table.items():
+        assert name in vars(importlib.import_module(module)), f"{module} has no {name}"
 
 
 def _py_files() -> list[Path]:

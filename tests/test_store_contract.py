@@ -27,7 +27,7 @@ from eventstore.samples import random_actions
 from eventstore import EventStore
 from eventstore.engine import engine as engine_module
 from eventstore.core import appends as planning_module
-from eventstore.features import verify as verify_module
+from eventstore.features import integrity
 
 pytestmark = [pytest.mark.twins, pytest.mark.usefixtures("twin", "sealing")]
 
@@ -424,7 +424,7 @@ def test_the_one_statement_append_leaves_pooled_connections_transactional(pg_sch
         with engine.storage.engine.connect() as conn:  # type: ignore[attr-defined]
             assert conn.connection.driver_connection.autocommit is False
         engine.branch("s1", at=1, new_id="b")  # a locked, multi-statement transaction still works
-        assert engine.head("b") == 1 and verify_module.verify(engine).ok
+        assert engine.head("b") == 1 and integrity.verify(engine).ok
     finally:
         engine.close()
 

@@ -14,7 +14,7 @@ from rich.text import Text
 
 from .errors import usage
 from .render import session_state
-from .summary import iso, short_time
+from .summary import short_time
 from .terminal import safe
 
 __all__ = ["parse_meta", "catalogue_table", "info_table"]
@@ -66,6 +66,7 @@ def info_table(info: Any, changes: Sequence[Any]) -> Group:
     t.add_column("field", style="bold")
     t.add_column("value")
     meta = ", ".join(f"{k}={v}" for k, v in info.metadata.items())
+    doc = info.to_json()  # its timestamps as every JSON output spells them
     for field, value in (
         ("title", info.title or ""),
         ("owner", info.owner or ""),
@@ -73,8 +74,8 @@ def info_table(info: Any, changes: Sequence[Any]) -> Group:
         ("status", _status(info)),
         ("head", str(info.head)),
         ("turns", str(info.turns)),
-        ("created", iso(info.created_at) or ""),
-        ("updated", iso(info.updated_at) or ""),
+        ("created", doc["created_at"]),
+        ("updated", doc["updated_at"] or ""),
     ):
         t.add_row(field, Text(safe(value)))
     if not changes:

@@ -19,11 +19,10 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from .summary import action_summary, compact_json, iso, short_time, shorten
+from .summary import action_summary, compact_json, short_time, shorten
 from .terminal import safe
 
 __all__ = [
-    "iso",
     "short_time",
     "shorten",
     "compact_json",

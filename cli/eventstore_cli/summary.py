@@ -7,23 +7,19 @@ never load Rich.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from eventstore import one_line
+
 from .terminal import safe
 
-_BLANKS = re.compile(r"[ \t\n]+")
+#: ``text`` on one line, terminal-safe, cut to ``limit`` characters with ``…`` (the
+#: library's rule, :func:`eventstore.one_line`).
+shorten = one_line
 
-__all__ = ["iso", "short_time", "shorten", "compact_json", "action_summary", "fit", "quoted"]
-
-
-def iso(dt: datetime | None) -> str | None:
-    """ISO 8601 in UTC with a ``Z`` suffix, as the JSON output uses."""
-    if dt is None:
-        return None
-    return dt.isoformat().replace("+00:00", "Z")
+__all__ = ["short_time", "shorten", "compact_json", "action_summary", "fit", "quoted"]
 
 
 def short_time(dt: datetime | None) -> str:
@@ -31,24 +27,9 @@ def short_time(dt: datetime | None) -> str:
     return "" if dt is None else dt.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _one_line(text: object) -> str:
-    # Only plain spaces, tabs and newlines fold into one space; every other control
-    # character is left for safe() to show.
-    return _BLANKS.sub(" ", str(text)).strip(" ")
-
-
-def shorten(text: object, limit: int = 60) -> str:
-    """``text`` on one line, terminal-safe, cut to ``limit`` characters with ``…``."""
-    s = safe(_one_line(text))
-    return s if len(s) <= limit else s[: limit - 1] + "…"
-
-
 def quoted(text: object, limit: int = 50) -> str:
     """``text`` as a shortened, quoted literal (``'…'``), terminal-safe."""
-    s = _one_line(text)
-    if len(s) > limit:
-        s = s[: limit - 1] + "…"
-    return safe(repr(s))
+    return safe(repr(one_line(text, limit, escape=False)))
 
 
 def fit(text: str, width: int) -> str:
@@ -57,7 +38,7 @@ def fit(text: str, width: int) -> str:
 
 
 def compact_json(value: Any, limit: int = 60) -> str:
-    """``value`` as compact JSON on one line, shortened."""
+    """``value`` as compact JSON on one line, terminal-safe, shortened."""
     return shorten(json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str), limit)
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +30,7 @@ from eventstore.core.models import check_json
 from eventstore.core.records import InfoChange, RecordedEvent, SessionInfo, to_datetime
 from eventstore.core.rows import NO_EFFECT, CatalogueEffect, CatalogueRow, RewindRow
 from eventstore.core.text import iso
+from eventstore.core.validation import CONTROL, check_text
 from eventstore.errors import InvalidEvent
 
 __all__ = [
@@ -77,7 +77,6 @@ _MAX_QUERY_CHARS = 200
 STATUSES = ("idle", "streaming", "error", "closed")
 ORDERS = ("recent", "created")
 MAX_LIMIT = 1000
-_CONTROL = re.compile("[\x00-\x1f\x7f]")
 
 
 # -- the effect of a batch ------------------------------------------------------------------
@@ -204,13 +203,7 @@ def _text(value: Any, what: str, limit: int, *, empty: bool = True) -> str:
         raise InvalidEvent(f"{what} must be a string, got {value!r}", field=what)
     if len(value) > limit:
         raise InvalidEvent(f"{what} is {len(value)} characters long, more than {limit}", field=what)
-    if _CONTROL.search(value):
-        raise InvalidEvent(f"{what} must not contain control characters", field=what)
-    if not value.isascii():
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise InvalidEvent(f"{what} contains a lone surrogate (not valid Unicode text)", field=what) from None
+    check_text(value, what)
     return value
 
 
@@ -255,7 +248,7 @@ def check_metadata(value: Any, what: str = "metadata") -> dict[str, Any] | None:
         _text(key, f"{what} key", _MAX_KEY_CHARS, empty=False)
     check_json(doc, what)
     for s in _strings(doc):
-        if _CONTROL.search(s):
+        if CONTROL.search(s):
             raise InvalidEvent(f"{what} must not contain control characters", field=what)
     if len(canonical(doc)) > MAX_METADATA_BYTES:
         raise InvalidEvent(f"{what} is more than {MAX_METADATA_BYTES} bytes encoded", field=what)

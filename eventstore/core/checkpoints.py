@@ -23,10 +23,10 @@ keys reproduces the bytes exactly.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
@@ -37,6 +37,9 @@ if TYPE_CHECKING:
         Ed25519PrivateKey,
         Ed25519PublicKey,
     )
+
+#: An Ed25519 key class (private or public), for the one PEM loader.
+K = TypeVar("K")
 
 # `cryptography` is imported by the functions that sign or verify: it costs more start-up
 # time than the rest of this module, and most commands never touch a key.
@@ -100,6 +103,22 @@ def generate_keypair() -> tuple[bytes, bytes]:
     return private_pem, public_pem
 
 
+def _load_key(pem: Any, key_type: type[K], load: Callable[[bytes], object], which: str, use: str) -> K:
+    """A key of ``key_type`` from PEM bytes with ``load`` (an already loaded one is returned
+    as is); ``which`` (private, public) and ``use`` (signed, verified) name it in errors."""
+    if isinstance(pem, key_type):
+        return pem
+    if not isinstance(pem, (bytes, bytearray)):
+        raise CheckpointError(f"a {which} key must be PEM bytes, not {type(pem).__name__}")
+    try:
+        key = load(bytes(pem))
+    except (ValueError, TypeError) as exc:
+        raise CheckpointError(f"not a usable PEM {which} key: {_first_line(exc)}") from exc
+    if not isinstance(key, key_type):
+        raise CheckpointError(f"checkpoints are {use} with Ed25519 keys, not {type(key).__name__}")
+    return key
+
+
 def load_private_key(pem: bytes | Ed25519PrivateKey) -> Ed25519PrivateKey:
     """An Ed25519 private key from PEM bytes (an already loaded key is returned as is).
 
@@ -109,19 +128,13 @@ def load_private_key(pem: bytes | Ed25519PrivateKey) -> Ed25519PrivateKey:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    if isinstance(pem, Ed25519PrivateKey):
-        return pem
-    if not isinstance(pem, (bytes, bytearray)):
-        raise CheckpointError(f"a private key must be PEM bytes, not {type(pem).__name__}")
-    try:
-        key = serialization.load_pem_private_key(bytes(pem), password=None)
-    except (ValueError, TypeError) as exc:
-        raise CheckpointError(f"not a usable PEM private key: {_first_line(exc)}") from exc
-    if not isinstance(key, Ed25519PrivateKey):
-        raise CheckpointError(
-            f"checkpoints are signed with Ed25519 keys, not {type(key).__name__}"
-        )
-    return key
+    return _load_key(
+        pem,
+        Ed25519PrivateKey,
+        lambda b: serialization.load_pem_private_key(b, password=None),
+        "private",
+        "signed",
+    )
 
 
 def load_public_key(pem: bytes | Ed25519PublicKey) -> Ed25519PublicKey:
@@ -133,19 +146,7 @@ def load_public_key(pem: bytes | Ed25519PublicKey) -> Ed25519PublicKey:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-    if isinstance(pem, Ed25519PublicKey):
-        return pem
-    if not isinstance(pem, (bytes, bytearray)):
-        raise CheckpointError(f"a public key must be PEM bytes, not {type(pem).__name__}")
-    try:
-        key = serialization.load_pem_public_key(bytes(pem))
-    except (ValueError, TypeError) as exc:
-        raise CheckpointError(f"not a usable PEM public key: {_first_line(exc)}") from exc
-    if not isinstance(key, Ed25519PublicKey):
-        raise CheckpointError(
-            f"checkpoints are verified with Ed25519 keys, not {type(key).__name__}"
-        )
-    return key
+    return _load_key(pem, Ed25519PublicKey, serialization.load_pem_public_key, "public", "verified")
 
 
 # -- what a checkpoint holds --------------------------------------------------------------

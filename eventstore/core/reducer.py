@@ -246,31 +246,35 @@ def _text_delta(root: dict[str, Any], run: Path, part: Mapping[str, Any], ctx: _
     return root
 
 
-def _reasoning(root: dict[str, Any], run: Path, part: Mapping[str, Any], ctx: _Fold) -> dict[str, Any]:
+def _append_part(
+    root: dict[str, Any], run: Path, message_id: str, new: dict[str, Any], ctx: _Fold
+) -> tuple[dict[str, Any], Path | None]:
+    """``new`` appended to the parts of message ``message_id`` of the run: the root, and the
+    path of the new part (``None``, and the root unchanged, when there is no such message)."""
     messages = _get(root, run)["messages"]
-    i = _find_message(messages, part["messageId"])
+    i = _find_message(messages, message_id)
     if i < 0:
-        return root
+        return root, None
     root, parts = _mut(root, (*run, "messages", i, "parts"), ctx)
-    parts.append(_own({"type": "reasoning", "text": part["text"]}, ctx))
-    return root
+    parts.append(_own(new, ctx))
+    return root, (*run, "messages", i, "parts", len(parts) - 1)
+
+
+def _reasoning(root: dict[str, Any], run: Path, part: Mapping[str, Any], ctx: _Fold) -> dict[str, Any]:
+    return _append_part(root, run, part["messageId"], {"type": "reasoning", "text": part["text"]}, ctx)[0]
 
 
 def _tool_call(root: dict[str, Any], run: Path, part: Mapping[str, Any], ctx: _Fold) -> dict[str, Any]:
-    messages = _get(root, run)["messages"]
-    i = _find_message(messages, part["messageId"])
-    if i < 0:
-        return root
     call: dict[str, Any] = {"type": "tool", "id": part["id"], "name": part["name"]}
     if "input" in part:
         call["input"] = part["input"]
     call["state"] = "running"
-    root, parts = _mut(root, (*run, "messages", i, "parts"), ctx)
-    if ctx.open is not None:
-        ctx.open[(*run, "messages", i, "parts", len(parts))] = None
-    parts.append(_own(call, ctx))
-    # This call is now the newest with its id: a cached `within` target may be stale.
-    ctx.calls.pop(part["id"], None)
+    root, at = _append_part(root, run, part["messageId"], call, ctx)
+    if at is not None:
+        if ctx.open is not None:
+            ctx.open[at] = None
+        # This call is now the newest with its id: a cached `within` target may be stale.
+        ctx.calls.pop(part["id"], None)
     return root
 
 

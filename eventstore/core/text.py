@@ -23,7 +23,16 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-__all__ = ["iso", "shorten", "compact_json", "message_text", "UNSAFE", "visible", "visible_json"]
+__all__ = [
+    "iso",
+    "shorten",
+    "one_line",
+    "compact_json",
+    "message_text",
+    "UNSAFE",
+    "visible",
+    "visible_json",
+]
 
 # Every code point of the categories Cc (controls), Cf (format), Zl, Zp and Cs
 # (surrogates), as of Unicode 15; tests/test_cli_terminal.py checks this list against
@@ -93,10 +102,32 @@ def iso(when: datetime) -> str:
     return when.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def shorten(text: Any, limit: int = 60) -> str:
     """Collapse whitespace and cut ``text`` to ``limit`` characters with an ellipsis."""
-    flat = " ".join(str(text).split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    return _cut(" ".join(str(text).split()), limit)
+
+
+#: What :func:`one_line` folds into one space; every other control stays for :func:`visible`.
+_BLANKS = re.compile(r"[ \t\n]+")
+
+
+def one_line(text: object, limit: int = 60, *, escape: bool = True) -> str:
+    """``text`` on one line for a terminal: runs of spaces, tabs and newlines folded into one
+    space, every other unsafe character a visible escape (:func:`visible`), cut to ``limit``
+    characters with an ellipsis.
+
+    Args:
+        text: any value; non-strings are converted with ``str``.
+        limit: the most characters returned, the ellipsis included.
+        escape: ``False`` leaves the unsafe characters as they are, for a caller that
+            quotes the result with ``repr`` (which spells them itself).
+    """
+    flat = _BLANKS.sub(" ", str(text)).strip(" ")
+    return _cut(visible(flat) if escape else flat, limit)
 
 
 def compact_json(value: Any, limit: int = 60) -> str:

@@ -20,7 +20,7 @@ from eventstore.core.feed_rules import FeedKey, parse_position
 from eventstore.core.models import check_json
 from eventstore.errors import InvalidEvent
 
-__all__ = ["MAX_VERSION", "MAX_INT", "MAX_SECONDS", "Limits", "Validator"]
+__all__ = ["MAX_VERSION", "MAX_INT", "MAX_SECONDS", "CONTROL", "check_text", "Limits", "Validator"]
 
 #: Versions are 32-bit integers in the schema.
 MAX_VERSION = 2**31 - 1
@@ -29,7 +29,26 @@ MAX_INT = 2**63 - 1
 #: The longest duration accepted (``idle_timeout``, ``stale_after``): about 31 years. Longer
 #: waits overflow the platform's timers; ``None`` is how to wait forever.
 MAX_SECONDS = 1e9
-_CONTROL = re.compile("[\x00-\x1f\x7f]")
+#: The control characters no id, title or metadata key may hold.
+CONTROL = re.compile("[\x00-\x1f\x7f]")
+
+
+def check_text(value: str, what: str, controls: re.Pattern[str] = CONTROL) -> None:
+    """Refuse a string argument holding a control character (one of ``controls``) or a
+    lone surrogate (not valid Unicode text, which no database column stores).
+
+    Raises:
+        InvalidEvent: it holds one (``field`` is ``what``).
+    """
+    if controls.search(value):
+        raise InvalidEvent(f"{what} must not contain control characters", field=what)
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidEvent(
+                f"{what} contains a lone surrogate (not valid Unicode text)", field=what
+            ) from None
 
 
 @dataclass(frozen=True)
@@ -87,15 +106,7 @@ class Validator:
                 f"{self.limits.max_id_length}",
                 field=what,
             )
-        if _CONTROL.search(value):
-            raise InvalidEvent(f"{what} must not contain control characters", field=what)
-        if not value.isascii():
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError:
-                raise InvalidEvent(
-                    f"{what} contains a lone surrogate (not valid Unicode text)", field=what
-                ) from None
+        check_text(value, what)
         # Ids are indexed: PostgreSQL's btree refuses entries over ~2.7 kB whatever
         # max_id_length says, so cap the UTF-8 size too (an InvalidEvent, not a driver error).
         if len(value) > 512 and len(value.encode("utf-8")) > 2048:

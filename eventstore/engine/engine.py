@@ -9,7 +9,7 @@ class); reading events out (history chunks, follow, the feed) is :mod:`eventstor
 :class:`~eventstore.store.EventStore` is a thin facade over it, and the feature modules
 (:mod:`~eventstore.features.timetravel`, :mod:`~eventstore.features.compaction`,
 :mod:`~eventstore.features.exporting`, :mod:`~eventstore.features.importing`,
-:mod:`~eventstore.features.verify`) take an engine, never the facade.
+:mod:`~eventstore.features.integrity`) take an engine, never the facade.
 
 How a version is loaded: resolve the session's *lineage* (itself, its parent up to the
 fork version, and so on) as segments of versions per session; take the newest usable

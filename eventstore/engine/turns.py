@@ -32,6 +32,7 @@ import uuid
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from functools import partial
 from types import TracebackType
 from typing import Any
 
@@ -549,20 +550,19 @@ def flush_turns(
     sent: list[tuple[TurnState, list[Pending], bool]] = []  # the work with a batch in ``batches``
     for t, items, release in work:
         row = t.row
+        # Every batch of this turn checks the head it saw and the lease it holds.
+        batch = partial(
+            TurnBatch,
+            row.pk,
+            row.head,
+            row.head_hash,
+            t.token,
+            now_us,
+            release=release,
+            claim=not t.leased,
+        )
         if not items:
-            batches.append(
-                TurnBatch(
-                    row.pk,
-                    row.head,
-                    row.head_hash,
-                    t.token,
-                    now_us,
-                    (),
-                    row.head_turn,
-                    release=release,
-                    claim=not t.leased,
-                )
-            )
+            batches.append(batch((), row.head_turn))  # renews the lease, checks the head
             heads.append((row, None))
             sent.append((t, items, release))
             continue
@@ -596,20 +596,7 @@ def flush_turns(
             plan = eng.planner.plan(row, actions, rows[-1].version, base)
             assert plan is not None
         batches.append(
-            TurnBatch(
-                row.pk,
-                row.head,
-                row.head_hash,
-                t.token,
-                now_us,
-                rows,
-                turn,
-                plan.snapshots,
-                plan.blobs,
-                release,
-                claim=not t.leased,
-                effect=catalogue_effect(actions, now_us),
-            )
+            batch(rows, turn, plan.snapshots, plan.blobs, effect=catalogue_effect(actions, now_us))
         )
         heads.append((head_after(row, rows[-1].version, prev, turn), plan))
         sent.append((t, items, release))

@@ -1,7 +1,7 @@
 """Signed checkpoints of a database, and erasure: the audit features that take an engine.
 
 :func:`checkpoint` signs every session's head (see :mod:`eventstore.core.checkpoints` for the
-format and for what verifying against one decides; :func:`eventstore.features.verify.verify` does
+format and for what verifying against one decides; :func:`eventstore.features.integrity.verify` does
 the verifying). :func:`erase` removes a session and every branch forked from it, leaving
 tombstones; :func:`erase_older_than` does so by age, for retention.
 """
@@ -16,6 +16,7 @@ from eventstore.core.checkpoints import Checkpoint, SessionHead, sign_checkpoint
 from eventstore.core.rewinds import Rewinds
 from eventstore.core.codec import state_digest
 from eventstore.core.rows import SessionRow
+from eventstore.core.validation import check_text
 from eventstore.engine.engine import Engine, Tx
 from eventstore.engine.transaction_steps import now_micros
 from eventstore.errors import InvalidEvent
@@ -24,6 +25,7 @@ __all__ = ["MAX_REASON", "baseline_digest", "checkpoint", "erase", "erase_older_
 
 #: The longest erasure reason accepted, in characters.
 MAX_REASON = 4096
+#: Reasons may span lines: tabs and newlines pass.
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
 _AGE = re.compile(r"\A([0-9]{1,9})([smhdw])\Z")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -83,12 +85,7 @@ def check_reason(value: Any) -> str:
         raise InvalidEvent(f"reason must be a non-empty string, got {value!r}", field="reason")
     if len(value) > MAX_REASON:
         raise InvalidEvent(f"reason is longer than {MAX_REASON} characters", field="reason")
-    if _CONTROL.search(value):
-        raise InvalidEvent("reason must not contain control characters", field="reason")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidEvent("reason contains a lone surrogate", field="reason") from None
+    check_text(value, "reason", _CONTROL)
     return value
 
 

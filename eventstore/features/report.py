@@ -18,7 +18,7 @@ from eventstore.core.reducer import fold_json
 from eventstore.core.turn_view import build_turns
 from eventstore.engine.engine import Engine
 from eventstore.features import timetravel
-from eventstore.features import verify as verifying
+from eventstore.features import integrity
 from eventstore.features.files import text_out
 from eventstore.features.report_html import SessionReport, diff_html, page, session_page
 
@@ -67,7 +67,7 @@ def render_report(
         return new
 
     turns = build_turns(events, start, fold=fold)
-    checked = verifying.verify(engine, session, checkpoint=checkpoint, public_key=public_key)
+    checked = integrity.verify(engine, session, checkpoint=checkpoint, public_key=public_key)
     return session_page(
         SessionReport(
             session, version, upto, info, infos, start, events, turns, states, checked, checkpoint

@@ -20,8 +20,7 @@ from typing import Any
 
 import orjson
 
-from eventstore import InvalidEvent, SessionState
-from eventstore.core.reducer import apply_action
+from eventstore import InvalidEvent, SessionState, apply_action
 
 __all__ = [
     "UI_MESSAGE_STREAM_HEADERS",

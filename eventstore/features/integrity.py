@@ -1,4 +1,4 @@
-"""Verify: recompute the hash chain and check every snapshot against the fold of its events.
+"""The integrity check behind ``verify``: the hash chain recomputed, every snapshot refolded.
 
 Also checked: turn numbers, the baseline snapshot of a compacted session against its
 compaction record (the record keeps the digest of the baseline state and the hash at the

@@ -1,0 +1,1 @@
+"""The commands of ``eventstore``, one module per family; :mod:`eventstore_cli.app` lists them."""
