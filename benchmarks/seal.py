@@ -11,6 +11,13 @@ as data: minus the same database right after its schema was created (eventstore'
 tables and their indexes weigh ~0.6 MB before the first event, which is 35 bytes per event
 of a 200-turn session). It also times the head load and an old-version checkout.
 
+``--marginal`` measures what a second session of the same length adds to a database that
+already holds one (after ``VACUUM FULL``: live data), table by table — the rule of
+``python -m benchmarks compare``'s "+1 session" column, which leaves out the schema's fixed
+cost — for the bare table, eventstore with ``seal=False``, and eventstore sealing with
+``snapshot_every`` at 128 and at the default; then the client CPU time of a head load and of
+old-version checkouts on those stores, in interleaved rounds (medians).
+
 ``--codec`` measures the segment codec on its own (zlib at 6 and 9, zstd at 3 and 19, with
 and without a dictionary trained on other turns, if ``zstandard`` is importable): bytes per
 event of a sealed body and compression time, over the turns of the same workload.
@@ -76,6 +83,71 @@ def _run(target: Any, tag: str, turns: list[list[dict[str, Any]]], *, seal: bool
         target.close()
 
 
+_RELATIONS = """
+SELECT c.relname, pg_total_relation_size(c.oid) FROM pg_class c
+JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+  AND n.nspname NOT LIKE 'pg_toast%'
+"""
+
+
+def _live_sizes(db: str) -> dict[str, int]:
+    """Each table's bytes (with its indexes and TOAST) after ``VACUUM FULL``."""
+    with psycopg.connect(pg_url(db), autocommit=True) as conn:
+        conn.execute("VACUUM FULL")
+        conn.execute("VACUUM")
+        return {str(name): int(size) for name, size in conn.execute(_RELATIONS).fetchall()}
+
+
+_VARIANTS = (
+    ("bare row", None, False),
+    ("eventstore, rows, snapshot_every=128", 128, False),
+    ("eventstore, sealed, snapshot_every=128", 128, True),
+    ("eventstore, sealed (default snapshot_every)", None, True),
+)
+
+
+def _marginal(t: int, rounds: int) -> dict[str, Any]:
+    """Bytes a second ``t``-turn session adds, table by table, and interleaved read times."""
+    first = split_turns(chat_session(t, 20251129))
+    second = split_turns(chat_session(t, 20251130))
+    n2 = sum(map(len, second))
+    out: dict[str, Any] = {"events": n2, "variants": {}}
+    opened = []
+    for i, (name, every, seal) in enumerate(_VARIANTS):
+        target: Any = RawPsycopg() if i == 0 else EventstoreTarget("postgresql", every, seal=seal)
+        target.key = f"marg{i}"
+        target.open(f"m{t}")
+        for session, turns in (("a", first), ("b", second)):
+            for turn in turns:
+                target.append(session, turn)
+            settle = getattr(target, "settle", None)
+            if settle is not None:
+                settle()
+            if session == "a":
+                before = _live_sizes(target.db)
+        after = _live_sizes(target.db)
+        grew = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
+        out["variants"][name] = {"bytes_per_event": sum(grew.values()) / n2, "tables": grew}
+        opened.append((name, target))
+    # Client CPU (decoding, re-hashing, folding): the part sealing changes; wall times on
+    # this shared machine move by more than the differences.
+    half = sum(map(len, first[: t // 2]))
+    reads = {"head": None, "checkout T/2": half, "checkout T/2 + 40": half + 40}
+    times: dict[str, dict[str, list[float]]] = {name: {k: [] for k in reads} for name, _ in opened[1:]}
+    for _ in range(rounds):
+        for name, target in opened[1:]:
+            for k, v in reads.items():
+                c0 = time.process_time()
+                target.load("a", v)
+                times[name][k].append(time.process_time() - c0)
+    for name, per in times.items():
+        out["variants"][name]["cpu_ms"] = {k: statistics.median(v) * 1000 for k, v in per.items()}
+    for _, target in opened:
+        target.close()
+    return out
+
+
 def _codec(turns: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """Each codec's bytes per event and compression time over the turns' sealed bodies."""
     from eventstore.core.rows import SealedEvent
@@ -124,6 +196,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks seal", description=__doc__)
     p.add_argument("--turns", default="50,200")
     p.add_argument("--codec", action="store_true", help="also compare segment codecs")
+    p.add_argument("--marginal", action="store_true",
+                   help="bytes a second session adds, by table, and interleaved read CPU times")
+    p.add_argument("--rounds", type=int, default=30, help="interleaved read rounds (--marginal)")
+    p.add_argument("--skip-table", action="store_true", help="leave out the whole-database table")
     p.add_argument("--json", default=str(HERE / "out" / "seal.json"))
     args = p.parse_args(argv)
     results: dict[str, Any] = {
@@ -131,11 +207,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "runs": {},
     }
-    print("| T | bytes/event: bare row | eventstore, rows | eventstore, sealed | sealed / bare | "
-          "data bytes/event: bare / rows / sealed | sealed / bare (data) | "
-          "load head ms (rows / sealed) | checkout T/2 ms (rows / sealed) |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for t in (int(x) for x in args.turns.split(",")):
+    if not args.skip_table:
+        print("| T | bytes/event: bare row | eventstore, rows | eventstore, sealed | sealed / bare | "
+              "data bytes/event: bare / rows / sealed | sealed / bare (data) | "
+              "load head ms (rows / sealed) | checkout T/2 ms (rows / sealed) |")
+        print("|---|---|---|---|---|---|---|---|---|")
+    for t in (int(x) for x in args.turns.split(",") if not args.skip_table):
         turns = split_turns(chat_session(t))
         raw = _run(RawPsycopg(), f"seal{t}", turns, seal=False)
         rows_target = EventstoreTarget("postgresql", seal=False)
@@ -155,6 +232,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"| {rows['checkout_ms']:.2f} / {sealed['checkout_ms']:.2f} |",
             flush=True,
         )
+    if args.marginal:
+        results["marginal"] = {}
+        for t in (int(x) for x in args.turns.split(",")):
+            m = results["marginal"][t] = _marginal(t, args.rounds)
+            base = m["variants"]["bare row"]["bytes_per_event"]
+            print(f"\nA second {t}-turn session ({m['events']:,} events) added, per event (÷ bare row), "
+                  "by table, and the client CPU of reads on the first (medians, ms):\n")
+            print("| store | bytes/event | by table | load head | checkout T/2 | checkout T/2 + 40 |")
+            print("|---|---|---|---|---|---|")
+            for name, v in m["variants"].items():
+                tables = ", ".join(f"{k} {b / m['events']:.1f}"
+                                   for k, b in sorted(v["tables"].items(), key=lambda kv: -kv[1]))
+                cpu = v.get("cpu_ms", {})
+                print(f"| {name} | {v['bytes_per_event']:.1f} ({v['bytes_per_event'] / base:.3f}×) | {tables} | "
+                      + " | ".join(f"{cpu[k]:.2f}" if k in cpu else "–"
+                                   for k in ("head", "checkout T/2", "checkout T/2 + 40")) + " |", flush=True)
     if args.codec:
         results["codec"] = _codec(split_turns(chat_session(50)))
         print("\n| segment codec (chat_session, 50 turns) | bytes/event | compress µs/event |")

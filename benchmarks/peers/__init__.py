@@ -16,6 +16,7 @@ __all__ = ["KEYS", "Target", "Unsupported", "make_target", "unavailable"]
 KEYS = (
     "raw",
     "es-pg",
+    "es-pg-rows",
     "es-sqlite",
     "lg-event",
     "lg-turn",
@@ -41,11 +42,11 @@ def make_target(key: str, options: dict[str, Any] | None = None) -> Target:
         from benchmarks.peers.raw_psycopg import RawPsycopg
 
         return RawPsycopg()
-    if key in ("es-pg", "es-sqlite"):
+    if key in ("es-pg", "es-pg-rows", "es-sqlite"):
         from benchmarks.peers.eventstore_target import EventstoreTarget
 
-        backend = "postgresql" if key == "es-pg" else "sqlite"
-        return EventstoreTarget(backend, opts.get("es_snapshot_every"))
+        backend = "sqlite" if key == "es-sqlite" else "postgresql"
+        return EventstoreTarget(backend, opts.get("es_snapshot_every"), seal=key != "es-pg-rows")
     if key in ("lg-event", "lg-turn"):
         from benchmarks.peers.langgraph_target import SaverTarget
 

@@ -82,8 +82,11 @@ from eventstore.storage.migrate import HEAD_REVISION
 
 __all__ = ["Engine", "Tx", "AppendRequest", "PlannedAppend", "DEFAULT_SNAPSHOT_EVERY"]
 
-#: Chosen from ``python -m benchmarks store`` (see benchmarks/RESULTS.md, "## Store").
-DEFAULT_SNAPSHOT_EVERY = 128
+#: Chosen from ``python -m benchmarks store`` and ``seal`` (see benchmarks/RESULTS.md,
+#: "## Store" and "## Sealed segments"): once closed turns are sealed, the snapshots are
+#: most of what a session stores (each re-stores the newest messages), and 256 halves
+#: them while a load still folds fewer than 256 events.
+DEFAULT_SNAPSHOT_EVERY = 256
 
 
 @dataclass(frozen=True, slots=True)

@@ -89,6 +89,27 @@ S_FEED_HEADS = (
     .order_by(_S.min_xact)
 )
 _NO_TOP = 2**62
+_E = events.c
+# Sealing, one closed turn at a time: its rows with their feed numbers, the chain hash
+# before it (a row's, or a segment's end), and on SQLite the writes that replace the rows.
+S_SEAL_ROWS = (
+    select(*EVENT_COLUMNS, _E.xact)
+    .where(_E.session_pk == _P("pk"), _E.version >= _P("first"), _E.version <= _P("last"))
+    .order_by(_E.version)
+)
+S_ROW_HASH = select(_E.hash).where(_E.session_pk == _P("pk"), _E.version == _P("v"))
+S_SEGMENT_END = select(_S.end_hash).where(_S.session_pk == _P("pk"), _S.last_version == _P("v"))
+I_SEGMENT = insert(event_segments).values(
+    {c.name: _P(c.name, type_=c.type) for c in event_segments.c}
+)
+I_SEALED_ID = insert(sealed_event_ids).values(
+    session_pk=_P("session_pk"), event_id=_P("event_id"), version=_P("version")
+)
+I_PERMIT = insert(compaction_permits).values(session_pk=_P("pk"), upto=_P("upto"))
+D_SEALED_ROWS = delete(events).where(
+    _E.session_pk == _P("pk"), _E.version >= _P("first"), _E.version <= _P("last")
+)
+D_PERMIT = delete(compaction_permits).where(compaction_permits.c.session_pk == _P("pk"))
 
 
 def _head(r: Any) -> SegmentHead:
@@ -132,6 +153,12 @@ class Sealing:
     def _compile(self, stmt: Any) -> Any:
         raise NotImplementedError
 
+    def _run(self, tx: Tx, q: Any, params: Any) -> Any:
+        raise NotImplementedError
+
+    def _runmany(self, tx: Tx, q: Any, seq: Any) -> None:
+        raise NotImplementedError
+
     def _session_row(self, r: Any) -> SessionRow:
         raise NotImplementedError
 
@@ -143,6 +170,15 @@ class Sealing:
         self._q_body = c(S_BODY)
         self._q_segment_at = c(S_SEGMENT_AT)
         self._q_feed_heads = c(S_FEED_HEADS)
+        # Sealing runs in the writer's process: built once, not per turn.
+        self._q_seal_rows = c(S_SEAL_ROWS)
+        self._q_row_hash = c(S_ROW_HASH)
+        self._q_segment_end = c(S_SEGMENT_END)
+        self._q_insert_segment = c(I_SEGMENT)
+        self._q_insert_sealed_id = c(I_SEALED_ID)
+        self._q_insert_permit = c(I_PERMIT)
+        self._q_delete_sealed_rows = c(D_SEALED_ROWS)
+        self._q_delete_permit = c(D_PERMIT)
 
     def use_segments(self, coder: SegmentCoder) -> None:
         self.segment_coder = coder
@@ -357,14 +393,10 @@ class Sealing:
         its baseline, or its parent's at the fork), or ``None`` when it is not found."""
         if version == 0:
             return ZERO_HASH
-        r = tx.execute(
-            select(events.c.hash).where(events.c.session_pk == row.pk, events.c.version == version)
-        ).first()
+        r = self._fetchone(tx, self._q_row_hash, {"pk": row.pk, "v": version})
         if r is not None:
             return bytes(r[0])
-        r = tx.execute(
-            select(_S.end_hash).where(_S.session_pk == row.pk, _S.last_version == version)
-        ).first()
+        r = self._fetchone(tx, self._q_segment_end, {"pk": row.pk, "v": version})
         if r is not None:
             return bytes(r[0])
         if row.baseline == version and row.baseline_hash is not None:
@@ -378,12 +410,7 @@ class Sealing:
         coder = self.segment_coder
         if coder is None:
             raise StorageError("this storage was given no segment codec")
-        e = events.c
-        found = tx.execute(
-            select(*EVENT_COLUMNS, e.xact)
-            .where(e.session_pk == row.pk, e.version >= turn.first, e.version <= turn.last)
-            .order_by(e.version)
-        ).all()
+        found = self._fetchall(tx, self._q_seal_rows, {"pk": row.pk, "first": turn.first, "last": turn.last})
         sealed = [
             SealedEvent(
                 EventRow(
@@ -419,35 +446,33 @@ class Sealing:
         coder = self.segment_coder
         assert coder is not None
         xacts = [s.xact for s in sealed]
-        tx.execute(
-            insert(event_segments).values(
-                session_pk=pk,
-                first_version=turn.first,
-                last_version=turn.last,
-                first_turn=turn.turn,
-                last_turn=turn.last_turn,
-                min_xact=min(xacts),
-                max_xact=max(xacts),
-                prev_hash=prev,
-                end_hash=sealed[-1].row.hash,
-                xact_digest=coder.xact_digest(xacts),
-                body=body,
-            )
-        )
+        self._run(
+            tx,
+            self._q_insert_segment,
+            {
+                "session_pk": pk,
+                "first_version": turn.first,
+                "last_version": turn.last,
+                "first_turn": turn.turn,
+                "last_turn": turn.last_turn,
+                "min_xact": min(xacts),
+                "max_xact": max(xacts),
+                "prev_hash": prev,
+                "end_hash": sealed[-1].row.hash,
+                "xact_digest": coder.xact_digest(xacts),
+                "body": body,
+            },
+        ).close()
         ids = [
             {"session_pk": pk, "event_id": s.row.event_id, "version": s.row.version}
             for s in sealed
             if s.row.event_id is not None
         ]
         if ids:
-            tx.execute(insert(sealed_event_ids), ids)
-        tx.execute(insert(compaction_permits).values(session_pk=pk, upto=turn.last))
-        tx.execute(
-            delete(events).where(
-                events.c.session_pk == pk, events.c.version >= turn.first, events.c.version <= turn.last
-            )
-        )
-        tx.execute(delete(compaction_permits).where(compaction_permits.c.session_pk == pk))
+            self._runmany(tx, self._q_insert_sealed_id, ids)
+        self._run(tx, self._q_insert_permit, {"pk": pk, "upto": turn.last}).close()
+        self._run(tx, self._q_delete_sealed_rows, {"pk": pk, "first": turn.first, "last": turn.last}).close()
+        self._run(tx, self._q_delete_permit, {"pk": pk}).close()
 
     # -- compaction and erasure -------------------------------------------------------------
 
