@@ -365,6 +365,13 @@ def _save(args: argparse.Namespace, result: dict[str, Any]) -> None:
     Path(args.json).write_text(json.dumps(result, indent=1))
 
 
+def _table(result: dict[str, Any]) -> str:
+    """The markdown table of a run's checkpoints (also of a run stopped part-way)."""
+    lines = [HEADER, "|" + "--:|" * (HEADER.count("|") - 1)]
+    lines += [_row(p) for p in result["checkpoints"]]
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the growth measurement; print and save its table."""
     p = argparse.ArgumentParser(prog="python -m benchmarks growth", description=__doc__,
@@ -377,7 +384,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=15, help="calls per read figure (median)")
     p.add_argument("--poll", type=float, default=0.25, help="seconds between the monitor's looks")
     p.add_argument("--json", default=str(OUT))
+    p.add_argument("--table", metavar="JSON", help="only print the table of a saved run")
     args = p.parse_args(argv)
+    if args.table:
+        print(_table(json.loads(Path(args.table).read_text())))
+        return 0
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout.strip()
     result: dict[str, Any] = {
         "machine": machine(["psycopg", "sqlalchemy"], implementation=True),
