@@ -31,6 +31,7 @@ BENCHMARKS: list[str] = [
     "catalogue",  # a sidebar page among up to 1M sessions; what the catalogue costs appends
     "seal",  # sealed segments: bytes per event against the bare row; the segment codec
     "headload",  # the head load and a checkout against a decode of the head state, sealed and not
+    "growth",  # N sessions of T turns with sealing on: bytes, appends, loads, sealing lag per checkpoint
 ]
 """Benchmark modules run, in this order, by ``python -m benchmarks all``."""
 

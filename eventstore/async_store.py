@@ -63,9 +63,9 @@ class AsyncEventStore(StoreBase):
     prepared statement at all, as PgBouncer's transaction mode needs — and
     ``busy_timeout_ms`` and ``pool_size`` on SQLite; ``replicas``, ``max_replica_lag``,
     ``replica_wait`` and ``partitions`` on PostgreSQL, see docs/scaling.md). Both forms may
-    work on the same database at the same time. ``seal`` is accepted too, but the async
-    store seals only when :meth:`seal` is awaited (no background worker: its connections
-    belong to the event loop); a sync store on the same database seals in the background.
+    work on the same database at the same time. ``seal`` (default ``True``) seals closed
+    turns in the background as the sync store does, in a task of the event loop the store
+    runs on (started by the first append that closes a turn; :meth:`close` stops it).
 
     On PostgreSQL the one-statement appends and loads run on up to ``pool_size``
     connections of their own, kept in autocommit, besides the pool the transactions use.
@@ -90,6 +90,7 @@ class AsyncEventStore(StoreBase):
         """Release every database connection. The store must not be used afterwards."""
         await self._streams.close()
         await self._appends.close()
+        await self._engine.sealer.aclose()
         await run(self._engine.close)
 
     async def __aenter__(self) -> AsyncEventStore:
@@ -193,9 +194,8 @@ class AsyncEventStore(StoreBase):
         return await run(rewind.lines, self._engine, session)
 
     async def seal(self, session: str | None = None) -> int:
-        """Twin of :meth:`EventStore.seal <eventstore.EventStore.seal>`. The async store
-        seals only when asked (its connections belong to the event loop, not to a worker
-        thread): call it from a task of your own, or seal with a sync store."""
+        """Twin of :meth:`EventStore.seal <eventstore.EventStore.seal>`: seal every closed
+        turn now (the background task may have sealed some already)."""
         return await run(self._engine.seal, session)
 
     async def compact(

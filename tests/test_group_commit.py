@@ -61,7 +61,9 @@ def test_concurrent_appends_are_committed_together_with_their_own_results(
     backend: str, db_url: str, raw_engine: Engine
 ) -> None:
     async def scenario() -> None:
-        async with await _opened(db_url, snapshot_every=2) as store:
+        # seal=False: with sealing on, an append with event ids past a session's first
+        # turn takes the locked path, alone (its ids may be in a segment: docs/sealing.md).
+        async with await _opened(db_url, snapshot_every=2, seal=False) as store:
             await _seed(store)
             for k in range(2, 6):  # snapshots are due at every other version
                 results = await asyncio.gather(

@@ -2,24 +2,28 @@
 
 Stores here are opened with ``seal=False`` and sealed with ``store.seal()`` at the point a
 test chooses, so that "before" is all rows and "after" is all segments; the background
-sealer (the default) has a test of its own.
+sealers (the default: the sync store's thread, the async store's task) have tests of their
+own.
 """
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import signal
 import subprocess
 import sys
+import threading
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, text
 
-from conftest import make_store, wait_until
-from eventstore import EventStore, fold, generate_keypair
+from conftest import await_until, make_store, wait_until
+from eventstore import AsyncEventStore, EventStore, fold, generate_keypair
 from eventstore.errors import SegmentCorrupt
 from eventstore.samples import chat_session
 
@@ -215,14 +219,10 @@ def test_a_closed_turn_is_sealed_in_the_background(db_url: str) -> None:
 
 
 def test_the_async_store_seals_when_awaited(db_url: str) -> None:
-    import asyncio
-
-    from eventstore import AsyncEventStore
-
     actions = chat_session(3, seed=10)
 
     async def run() -> tuple[int, Any]:
-        async with AsyncEventStore(db_url) as store:
+        async with AsyncEventStore(db_url, seal=False) as store:
             await store.migrate()
             await store.append("s", actions)
             n = await store.seal()
@@ -230,6 +230,121 @@ def test_the_async_store_seals_when_awaited(db_url: str) -> None:
 
     n, state = asyncio.run(run())
     assert n == 2 and state == fold(actions).to_json()
+
+
+def test_the_async_store_seals_closed_turns_in_the_background_and_readers_see_no_change(db_url: str) -> None:
+    actions = chat_session(TURNS, seed=13)
+    ids = [f"s-{j}" for j in range(len(actions))]
+    with make_store(db_url, seal=False) as reader:
+
+        async def run() -> tuple[dict[str, Any], dict[str, Any]]:
+            async with AsyncEventStore(db_url) as store:  # seal=True: the default
+                await store.migrate()
+                await store.append("s", actions, event_ids=ids)  # closes turns 1 to 3
+                # Read at once, holding the loop: the sealing task (a task of this loop)
+                # cannot have sealed a turn yet.
+                before = _everything(reader, ["s"])
+                assert _segments(db_url) == 0
+                await await_until(lambda: _segments(db_url) == TURNS - 1, "closed turns sealed by the task")
+                assert await store.seal() == 0  # nothing left for an explicit seal
+                assert (await store.load("s")).to_json() == fold(actions).to_json()
+                again = await store.append("s", actions[:5], event_ids=ids[:5])  # a sealed id
+                assert again.version == 5 and await store.head("s") == len(actions)
+                return before, _everything(reader, ["s"])
+
+        before, after = asyncio.run(run())
+    assert after == before
+
+
+def _backends(pg_url: str, app: str) -> int:
+    import psycopg
+
+    dsn = pg_url.split("?")[0].replace("postgresql+psycopg://", "postgresql://", 1)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (app,)).fetchone()
+        return int(row[0]) if row else 0
+
+
+def test_closing_the_async_store_leaves_no_sealing_task_nor_connection(db_url: str) -> None:
+    app = f"es-{uuid.uuid4().hex[:12]}"
+    pg = not db_url.startswith("sqlite")
+    url = f"{db_url}&application_name={app}" if pg else db_url
+    threads = threading.active_count()
+
+    async def run() -> None:
+        store = AsyncEventStore(url)
+        await store.migrate()
+        for i in range(6):  # closed turns in six sessions: the task has work when closed
+            await store.append(f"s{i}", chat_session(3, seed=20 + i))
+        assert any(t.get_name() == "eventstore-seal" for t in asyncio.all_tasks())
+        await store.close()
+        assert asyncio.all_tasks() == {asyncio.current_task()}
+
+    asyncio.run(run())
+    if pg:
+        wait_until(lambda: _backends(db_url, app) == 0, "every connection of the closed store gone")
+    else:
+        wait_until(lambda: threading.active_count() == threads, "every aiosqlite connection thread gone")
+    with make_store(db_url) as store:  # what the closed store left is sealed by the next
+        store.seal()
+        assert store.verify().ok and all(store.head(f"s{i}") > 0 for i in range(6))
+
+
+_REFUSE_SEGMENTS = {
+    "sqlite": [
+        "CREATE TRIGGER refuse_segments BEFORE INSERT ON event_segments "
+        "BEGIN SELECT RAISE(ABORT, 'segments refused by the test'); END"
+    ],
+    "postgresql": [
+        "CREATE FUNCTION refuse_segments() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$ BEGIN RAISE EXCEPTION 'segments refused by the test'; END $$",
+        "CREATE TRIGGER refuse_segments BEFORE INSERT ON event_segments "
+        "FOR EACH ROW EXECUTE FUNCTION refuse_segments()",
+    ],
+}
+
+
+@pytest.mark.parametrize("form", ["sync", "async"])
+def test_a_failing_sealer_never_fails_an_append_and_seals_once_it_can(db_url: str, backend: str, form: str) -> None:
+    with make_store(db_url, seal=False):
+        pass
+    engine = create_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            for statement in _REFUSE_SEGMENTS[backend]:
+                conn.execute(text(statement))
+        actions = chat_session(TURNS, seed=14)
+        starts = [j for j, a in enumerate(actions) if a["type"] == "send"] + [len(actions)]
+        turns = [actions[a:b] for a, b in zip(starts, starts[1:])]
+
+        def refused() -> None:
+            with engine.begin() as conn:
+                conn.execute(text("DROP TRIGGER refuse_segments" + (" ON event_segments" if backend != "sqlite" else "")))
+
+        if form == "sync":
+            with EventStore(db_url) as store:
+                for turn in turns:  # each append closes the turn before: the sealer fails
+                    store.append("s", turn)
+                assert store.load("s").to_json() == fold(actions).to_json()
+                assert _segments(db_url) == 0
+                refused()
+                wait_until(lambda: _segments(db_url) == TURNS - 1, "sealed once segments are accepted")
+        else:
+
+            async def run() -> None:
+                async with AsyncEventStore(db_url) as store:
+                    for turn in turns:
+                        await store.append("s", turn)
+                    assert (await store.load("s")).to_json() == fold(actions).to_json()
+                    assert _segments(db_url) == 0
+                    # From another thread: the loop must go on to end the sealer's
+                    # transaction (SQLite's write lock) that the DROP waits for.
+                    await asyncio.to_thread(refused)
+                    await await_until(lambda: _segments(db_url) == TURNS - 1, "sealed once segments are accepted")
+
+            asyncio.run(run())
+    finally:
+        engine.dispose()
 
 
 @pytest.mark.parametrize("column", ["body", "end_hash", "xact_digest", "prev_hash"])

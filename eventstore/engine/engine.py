@@ -196,8 +196,8 @@ class Engine(TransactionSteps):
         self.storage.use_segments(SegmentCodec())
         #: Whether closed turns are sealed in the background (``seal=``).
         self.seal_enabled = seal
-        # A worker thread needs a storage of its own thread: not the asyncio one.
-        self.sealer = Sealer(self, background=seal and not storage_options.get("use_asyncio", False))
+        # Over asyncio drivers the worker is a task of the store's event loop, not a thread.
+        self.sealer = Sealer(self, background=seal, on_loop=bool(storage_options.get("use_asyncio", False)))
         if self.sealer.background:
             self.planner.on_new_turn = self.sealer.wake
 

@@ -9,23 +9,30 @@ rows. Each closed turn's rows become one segment in the transaction that deletes
 each session's row locked while its turns are sealed so that no append interleaves.
 A crash at any point leaves either the rows or the segment, never both, never neither.
 
-The background worker is a daemon thread of the writing store, woken by the planner
-when an append of this process starts a new turn. It never holds up an append: on
-PostgreSQL it skips a session whose row an append holds (``SKIP LOCKED``) and tries again
-on the next wake-up; and it waits for the feed's barrier to pass a turn before sealing it.
+The background worker is woken by the planner when an append of this process starts a
+new turn: a daemon thread of a sync store, a task of the event loop of an async one (its
+connections belong to that loop). Both take their decisions from one :class:`_Backlog`
+(which sessions to seal next, when to try again those skipped) and do the same work
+(:meth:`Sealer.seal_sessions`); only how they wait differs. The worker never holds up an
+append: on PostgreSQL it skips a session whose row an append holds (``SKIP LOCKED``) and
+tries again :data:`RETRY_AFTER` later; and it waits for the feed's barrier to pass a turn
+before sealing it. A failure is logged and the session tried again later: sealing is never
+an append's error.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections.abc import Iterable
 from typing import Any
 
 from eventstore.core.rows import SealableTurn
+from eventstore.engine.async_bridge import run
 from eventstore.errors import EventStoreError
 
-__all__ = ["Sealer", "TURNS_PER_TRANSACTION", "RETRY_AFTER"]
+__all__ = ["Sealer", "LoopWorker", "TURNS_PER_TRANSACTION", "RETRY_AFTER"]
 
 _log = logging.getLogger(__name__)
 
@@ -61,19 +68,58 @@ def _joined(listed: list[SealableTurn]) -> list[SealableTurn]:
     return out
 
 
-class Sealer:
-    """Seals an engine's closed turns; owns the background worker (started on first wake)."""
+class _Backlog:
+    """What a background worker has to do, and when: the decisions both workers share.
 
-    def __init__(self, engine: Any, *, background: bool) -> None:
+    Not locked: the thread worker holds its condition around every call, the loop worker
+    calls it from the loop's one thread."""
+
+    def __init__(self) -> None:
+        self.pending: set[int] = set()  # sessions with a closed turn to seal now
+        self.retry: set[int] = set()  # sessions skipped: tried again after RETRY_AFTER
+        self.closed = False
+        self.busy = 0
+
+    def idle(self) -> bool:
+        """Nothing queued, nothing in hand."""
+        return not self.pending and not self.busy
+
+    def ready(self) -> bool:
+        """Whether the worker should stop waiting (work, or closing)."""
+        return bool(self.pending) or self.closed
+
+    def timeout(self) -> float | None:
+        """How long to wait for a wake-up before trying the skipped sessions again."""
+        return RETRY_AFTER if self.retry else None
+
+    def timed_out(self) -> None:
+        """No wake-up came in time: the skipped sessions are due."""
+        self.pending |= self.retry
+        self.retry = set()
+
+    def take(self) -> set[int]:
+        """The sessions to seal now (the worker is busy until :meth:`done`)."""
+        pks, self.pending = self.pending, set()
+        self.busy += 1
+        return pks
+
+    def done(self, skipped: set[int]) -> None:
+        """The sessions taken are sealed, but for ``skipped`` (tried again later)."""
+        self.retry |= skipped
+        self.busy -= 1
+
+
+class Sealer:
+    """Seals an engine's closed turns; owns the background worker (started on first wake):
+    a thread, or with ``on_loop`` a task of the running event loop."""
+
+    def __init__(self, engine: Any, *, background: bool, on_loop: bool = False) -> None:
         # `engine`: the Engine that owns this sealer (not imported: it imports this module).
         self._owner = engine
         #: Whether a worker seals in the background (else only :meth:`seal` does).
         self.background = background
-        self._cond = threading.Condition()
-        self._pending: set[int] = set()
-        self._thread: threading.Thread | None = None
-        self._closed = False
-        self._busy = 0
+        self._backlog = _Backlog()
+        self._worker: _ThreadWorker | LoopWorker = LoopWorker(self) if on_loop else _ThreadWorker(self)
         self._sealed_any = False
 
     @property
@@ -97,7 +143,7 @@ class Sealer:
             if not todo:
                 return total
             for i in range(0, len(todo), TURNS_PER_TRANSACTION):
-                if self._closed:
+                if self._backlog.closed:
                     return total
                 batch = todo[i : i + TURNS_PER_TRANSACTION]
                 done = self._seal_batch(batch, wait)
@@ -127,55 +173,173 @@ class Sealer:
 
     # -- the background worker ----------------------------------------------------------
 
+    def seal_sessions(self, pks: Iterable[int]) -> set[int]:
+        """One round of the background worker: seal these sessions' closed turns without
+        waiting for a lock; the sessions left with turns to seal (skipped for a held lock,
+        the feed's barrier, or a failure, which is logged), to try again later."""
+        st = self._owner.storage
+        skipped: set[int] = set()
+        for pk in sorted(pks):
+            if self._backlog.closed:
+                break
+            try:
+                self.seal(pk, wait=False)
+                with st.read() as tx:
+                    if _joined(st.sealable_turns(tx, pk, _LISTED)):
+                        skipped.add(pk)
+            except EventStoreError as exc:
+                _log.warning("sealing session row %d failed: %s", pk, exc)
+                skipped.add(pk)
+        return skipped
+
     def wake(self, session_pk: int) -> None:
-        """A turn of this session has closed: seal it soon (never blocks)."""
+        """A turn of this session has closed: seal it soon (never blocks, never raises)."""
+        self._worker.wake(session_pk)
+
+    def idle(self) -> bool:
+        """Whether the worker has nothing queued and nothing in hand."""
+        return self._worker.idle()
+
+    def close(self) -> None:
+        """Stop the worker (what it has not sealed yet is sealed by a later store); a loop
+        worker is only cancelled here, when :meth:`aclose` was not awaited first."""
+        self._worker.stop()
+
+    async def aclose(self) -> None:
+        """Stop the worker from the event loop it runs on and wait until it has stopped
+        (the async store's ``close``, before its connections are released)."""
+        if isinstance(self._worker, LoopWorker):
+            await self._worker.close()
+        else:
+            self._worker.stop()
+
+
+class _ThreadWorker:
+    """The sync store's worker: a daemon thread waiting on a condition."""
+
+    def __init__(self, sealer: Sealer) -> None:
+        self._sealer = sealer
+        self._backlog = sealer._backlog
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def wake(self, session_pk: int) -> None:
         with self._cond:
-            if self._closed:
+            if self._backlog.closed:
                 return
-            self._pending.add(session_pk)
+            self._backlog.pending.add(session_pk)
             if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name=f"eventstore-seal {self._owner.storage.safe_url}", daemon=True
-                )
+                name = f"eventstore-seal {self._sealer._owner.storage.safe_url}"
+                self._thread = threading.Thread(target=self._run, name=name, daemon=True)
                 self._thread.start()
             self._cond.notify()
 
     def idle(self) -> bool:
-        """Whether the worker has nothing queued and nothing in hand."""
         with self._cond:
-            return not self._pending and not self._busy
+            return self._backlog.idle()
 
     def _run(self) -> None:
-        retry: set[int] = set()
+        backlog = self._backlog
         while True:
             with self._cond:
-                while not self._pending and not self._closed:
-                    if not self._cond.wait(RETRY_AFTER if retry else None) and retry:
-                        self._pending |= retry
-                        retry = set()
-                if self._closed:
+                while not backlog.ready():
+                    if not self._cond.wait(backlog.timeout()):
+                        backlog.timed_out()
+                if backlog.closed:
                     return
-                pks, self._pending = self._pending, set()
-                self._busy += 1
+                pks = backlog.take()
+            skipped: set[int] = set()
             try:
-                for pk in sorted(pks):
-                    try:
-                        self.seal(pk, wait=False)
-                        with self._owner.storage.read() as tx:
-                            if _joined(self._owner.storage.sealable_turns(tx, pk, _LISTED)):
-                                retry.add(pk)  # skipped (a held lock, the feed's barrier)
-                    except EventStoreError as exc:
-                        _log.warning("sealing session row %d failed: %s", pk, exc)
-                        retry.add(pk)
+                skipped = self._sealer.seal_sessions(pks)
             finally:
                 with self._cond:
-                    self._busy -= 1
+                    backlog.done(skipped)
 
-    def close(self) -> None:
-        """Stop the worker (what it has not sealed yet is sealed by a later store)."""
+    def stop(self) -> None:
         with self._cond:
-            self._closed = True
+            self._backlog.closed = True
             thread, self._thread = self._thread, None
             self._cond.notify_all()
         if thread is not None:
             thread.join()
+
+
+class LoopWorker:
+    """The async store's worker: a task of the event loop the store runs on, started by
+    the first wake-up (which comes from an append, on that loop), each round run in a
+    greenlet (:func:`~eventstore.engine.async_bridge.run`) so that its I/O awaits."""
+
+    def __init__(self, sealer: Sealer) -> None:
+        self._sealer = sealer
+        self._backlog = sealer._backlog
+        self._event: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def wake(self, session_pk: int) -> None:
+        if self._backlog.closed:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # not on the store's loop: the turn waits for the next wake-up
+        self._backlog.pending.add(session_pk)
+        if self._task is None:
+            self._event = asyncio.Event()
+            self._task = loop.create_task(self._run(), name="eventstore-seal")
+        assert self._event is not None
+        self._event.set()
+
+    def idle(self) -> bool:
+        return self._backlog.idle()
+
+    async def _run(self) -> None:
+        backlog = self._backlog
+        while not backlog.closed:
+            if not backlog.pending:
+                await self._sleep(backlog.timeout())
+                continue
+            pks = backlog.take()
+            skipped: set[int] = set()
+            try:
+                skipped = await run(self._sealer.seal_sessions, pks)
+            except Exception:  # noqa: BLE001 - a bug must not end sealing for good
+                _log.exception("sealing sessions %s failed", sorted(pks))
+                skipped = pks
+            finally:
+                backlog.done(skipped)
+
+    async def _sleep(self, timeout: float | None) -> None:
+        """Until a wake-up, or ``timeout`` seconds (then the skipped sessions are due)."""
+        event = self._event
+        assert event is not None
+        event.clear()  # no await since the loop saw `pending` empty: no wake-up is lost
+        try:
+            await asyncio.wait_for(event.wait(), timeout)
+        except asyncio.TimeoutError:
+            self._backlog.timed_out()
+
+    def stop(self) -> None:
+        """Stop without waiting (the loop may be gone): cancel the task if still there."""
+        self._backlog.closed = True
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+
+    async def close(self) -> None:
+        """Stop the task and wait for it: an idle one is cancelled; one in a round ends it
+        at its next transaction's end (a cancelled transaction would leave its connection
+        to the pool's care), so no task and no connection of it is left."""
+        self._backlog.closed = True
+        task, self._task = self._task, None
+        if task is None:
+            return
+        if self._backlog.busy:
+            assert self._event is not None
+            self._event.set()
+        else:
+            task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            if not task.cancelled():
+                raise
