@@ -244,18 +244,18 @@ class Counting:
         self.snapshots = 0
         self.events = 0
         st = engine.storage
-        real_snap, real_payloads = st.latest_snapshot, st.read_payloads
+        real_snap, real_read = st.snapshots, st.read_events
         real_parts = st.load_parts
         inside = [False]  # within load_parts: count from its result, not twice
 
-        def latest_snapshot(*a: Any, **k: Any) -> Any:
+        def snapshots(*a: Any, **k: Any) -> Any:
             s = real_snap(*a, **k)
-            self.snapshots += s is not None and not inside[0]
+            self.snapshots += bool(s) and k.get("usable_by") is not None and not inside[0]
             return s
 
-        def read_payloads(*a: Any, **k: Any) -> Any:
-            p = real_payloads(*a, **k)
-            self.events += 0 if inside[0] else len(p)
+        def read_events(*a: Any, **k: Any) -> Any:
+            p = real_read(*a, **k)
+            self.events += 0 if inside[0] or not k.get("payloads") else len(p)
             return p
 
         def load_parts(*a: Any, **k: Any) -> Any:
@@ -271,8 +271,8 @@ class Counting:
                 self.events += parts.n_tail
             return parts
 
-        st.latest_snapshot = latest_snapshot  # type: ignore[method-assign]
-        st.read_payloads = read_payloads  # type: ignore[method-assign]
+        st.snapshots = snapshots  # type: ignore[method-assign]
+        st.read_events = read_events  # type: ignore[method-assign]
         st.load_parts = load_parts  # type: ignore[method-assign]
 
 

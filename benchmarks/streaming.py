@@ -175,7 +175,7 @@ class DurableClock:
         self.at: dict[int, list[tuple[int, float]]] = {}
         self.flushes: list[float] = []
         self.lock = threading.Lock()
-        real = engine.storage.append_batches
+        real = engine.storage.append
 
         def timed(batches: Any) -> list[bool]:
             t0 = time.perf_counter()
@@ -188,7 +188,7 @@ class DurableClock:
                         self.at.setdefault(b.session_pk, []).append((b.rows[-1].version, now))
             return out
 
-        engine.storage.append_batches = timed  # type: ignore[method-assign]
+        engine.storage.append = timed  # type: ignore[method-assign]
 
     def durable_at(self, pk: int, version: int) -> float | None:
         with self.lock:

@@ -244,16 +244,16 @@ class AsyncEventStore(StoreBase):
             reads.follow_plan, self._engine, session, after=after, idle_timeout=idle_timeout, state=state
         )
         storage = self._engine.storage
-        watcher = storage.async_watcher()
-        return AsyncFollower(live(plan, watcher, storage.others_committed), state, watcher.wake)
+        watcher = storage.watcher(asyncio=True)
+        return AsyncFollower(live(plan, watcher), state, watcher.wake)
 
     def feed(self, *, after: str | None = None, idle_timeout: float | None = 1.0) -> AsyncFollower:
         """``async for`` twin of :meth:`eventstore.EventStore.feed`."""
         state = FollowState(time.time)
         plan = functools.partial(reads.feed_plan, self._engine, after=after, idle_timeout=idle_timeout, state=state)
         storage = self._engine.storage
-        watcher = storage.async_watcher()
-        return AsyncFollower(live(plan, watcher, storage.others_committed), state, watcher.wake)
+        watcher = storage.watcher(asyncio=True)
+        return AsyncFollower(live(plan, watcher), state, watcher.wake)
 
     def history(
         self,

@@ -18,9 +18,10 @@ from eventstore.errors import ConcurrencyError, SessionErased, StorageError
 from eventstore.samples import chat_session
 from eventstore.core.segments import SegmentCodec
 from eventstore.storage import open_storage
-from eventstore.core.rows import HASH_SIZE, NewSession
+from eventstore.core.rows import HASH_SIZE, CompactionRow, NewSession, TombstoneRow
 from eventstore.storage.interface import Storage
 from eventstore import EventStore
+from eventstore.engine.engine import Engine as StoreEngine
 
 NOW = 1_796_040_000_000_000  # microseconds, a fixed instant
 
@@ -28,8 +29,7 @@ NOW = 1_796_040_000_000_000  # microseconds, a fixed instant
 @pytest.fixture
 def storage(db_url: str, store: EventStore) -> Iterator[Storage]:
     """Storage on the same (migrated) database as ``store``."""
-    st = open_storage(db_url)
-    st.use_segments(SegmentCodec())  # what the engine hands its storage
+    st = open_storage(db_url, segment_coder=SegmentCodec())  # what the engine hands its storage
     try:
         yield st
     finally:
@@ -38,7 +38,7 @@ def storage(db_url: str, store: EventStore) -> Iterator[Storage]:
 
 def _pk(storage: Storage, session: str) -> int:
     with storage.read() as tx:
-        row = storage.get_session(tx, session)
+        row = storage.session(tx, id=session)
     assert row is not None
     return row.pk
 
@@ -113,7 +113,7 @@ def test_a_taken_version_is_still_a_concurrency_error(
     store.append("s1", [{"type": "stop"}])
     pk = _pk(storage, "s1")
     with storage.read() as tx:
-        ev = storage.event_at(tx, pk, 1)
+        (ev,) = storage.read_events(tx, pk, after=0, upto=1)
     assert ev is not None
     with pytest.raises(ConcurrencyError):
         with storage.write(session="s1", expected=0) as tx:
@@ -139,8 +139,16 @@ def test_a_temp_permit_table_does_not_open_the_delete_guard(
 # -- compaction records --------------------------------------------------------------------
 
 
+def _record(steps: StoreEngine, pk: int, upto: int, digest: bytes, now: int) -> CompactionRow:
+    """What a compaction of session row ``pk`` up to ``upto`` records, written."""
+    with steps.storage.write() as tx:
+        rec = steps.removed_record(tx, steps.session_by_pk(tx, pk), upto, digest, now, None)
+        steps.storage.insert_compaction(tx, rec)
+    return rec
+
+
 def test_a_compaction_record_keeps_the_hashes_it_removes(
-    store: EventStore, storage: Storage, raw_engine: Engine
+    store: EventStore, storage: Storage, raw_engine: Engine, db_url: str
 ) -> None:
     store.append("s1", chat_session(turns=3, seed=2))
     pk = _pk(storage, "s1")
@@ -149,34 +157,36 @@ def test_a_compaction_record_keeps_the_hashes_it_removes(
     state_20 = store.load("s1", version=20).to_json()
     store.compact("s1", upto=20, actor="ops")  # the compaction writes its record
     with storage.read() as tx:
-        (rec,) = storage.list_compactions(tx, pk)
+        (rec,) = storage.records(tx, CompactionRow, session_pk=pk)
     assert (rec.upto, rec.previous_baseline, rec.first_version, rec.actor) == (20, 0, 1, "ops")
     assert len(rec.removed_hashes) == 20 * HASH_SIZE
     assert rec.baseline_hash.hex() == hashes[20]
     assert rec.state_digest == state_digest(state_20)
     with storage.read() as tx:
-        assert storage.event_at(tx, pk, 10) is None  # the row is gone...
+        assert storage.read_events(tx, pk, after=9, upto=10) == []  # the row is gone...
         assert storage.recorded_hash(tx, pk, 10).hex() == hashes[10]  # ...its hash is kept
         assert storage.recorded_hash(tx, pk, 25).hex() == hashes[25]
         assert storage.recorded_hash(tx, pk, 10_000) is None
-        assert storage.list_compactions(tx, pk) == [rec]
+        assert storage.records(tx, CompactionRow, session_pk=pk) == [rec]
     # A second compaction starts where the first stopped.
-    with storage.write() as tx:
-        rec2 = storage.record_compaction(tx, pk, upto=30, state_digest=digest, compacted_at=NOW + 1)
+    steps = StoreEngine(db_url)
+    try:
+        rec2 = _record(steps, pk, 30, digest, NOW + 1)
         assert (rec2.previous_baseline, rec2.first_version) == (20, 21)
         assert rec2.hash_at(30) is not None and rec2.hash_at(30).hex() == hashes[30]
         assert rec2.hash_at(20) is None
-    # Events that are gone cannot be recorded after the fact.
-    with pytest.raises(StorageError, match="not all there"):
-        with storage.write() as tx:
-            storage.record_compaction(tx, pk, upto=15, state_digest=digest, compacted_at=NOW)
+        # Events that are gone cannot be recorded after the fact.
+        with pytest.raises(StorageError, match="not all there"):
+            _record(steps, pk, 15, digest, NOW)
+    finally:
+        steps.close()
     assert _count(raw_engine, "SELECT count(*) FROM compactions") == 2
     # An import writes the record it brings along as given; the same upto twice is refused.
     imported = replace(rec2, upto=40, previous_baseline=30, first_version=41, removed_hashes=b"")
     with storage.write() as tx:
         storage.insert_compaction(tx, imported)
     with storage.read() as tx:
-        assert storage.list_compactions(tx, pk)[-1] == imported
+        assert storage.records(tx, CompactionRow, session_pk=pk)[-1] == imported
         assert imported.hash_at(40) is None
     with pytest.raises(StorageError):
         with storage.write() as tx:
@@ -206,7 +216,7 @@ def test_erase_removes_a_session_and_its_branches_and_leaves_tombstones(
 
         pk = _pk(storage, "s1")
         with storage.write() as tx:
-            assert [r.id for r in storage.descendants(tx, pk)] == ["b1", "b2"]
+            assert [r.id for r in storage.sessions(tx, descendants_of=pk)] == ["b1", "b2"]
             erasure = storage.erase_session(tx, pk, erased_at=NOW, actor="admin:kim", reason="user request")
         assert [(t.session_id, t.erased_with) for t in erasure.tombstones] == [
             ("s1", None), ("b1", "s1"), ("b2", "s1")
@@ -217,10 +227,10 @@ def test_erase_removes_a_session_and_its_branches_and_leaves_tombstones(
         assert erasure.events > 0 and erasure.snapshots > 0 and erasure.blob_candidates
 
         with storage.read() as tx:
-            assert storage.get_session(tx, "s1") is None and storage.get_session(tx, "b2") is None
-            assert storage.get_tombstone(tx, "b1") == erasure.tombstones[1]
-            assert storage.get_tombstone(tx, "keep") is None
-            assert [t.session_id for t in storage.list_tombstones(tx)] == ["b1", "b2", "s1"]
+            assert storage.session(tx, id="s1") is None and storage.session(tx, id="b2") is None
+            assert storage.records(tx, TombstoneRow, session_id="b1") == [erasure.tombstones[1]]
+            assert storage.records(tx, TombstoneRow, session_id="keep") == []
+            assert [t.session_id for t in storage.records(tx, TombstoneRow)] == ["b1", "b2", "s1"]
         for table in ("events", "snapshots", "compactions"):
             left = _count(
                 raw_engine,

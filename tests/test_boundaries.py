@@ -188,6 +188,59 @@ def test_only_the_postgres_module_imports_psycopg() -> None:
     assert _offenders(postgres, ("psycopg",)) != []
 
 
+#: At most this many methods on the storage interface: a new need is first a keyword of an
+#: existing method (a filter, a lock), not a method of its own.
+MAX_STORAGE_METHODS = 30
+#: Its data attributes, each a member too: adding one is a decision, not a slip.
+STORAGE_ATTRIBUTES = {"dialect", "safe_url", "feed_banded"}
+
+
+def _storage_members(source: str) -> tuple[set[str], set[str]]:
+    """The public methods and the data attributes of ``class Storage`` in ``source``."""
+    tree = ast.parse(source)
+    (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Storage"]
+    methods = {
+        n.name
+        for n in cls.body
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and not n.name.startswith("_")
+    }
+    attributes = {
+        n.target.id
+        for n in cls.body
+        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+    }
+    return methods, attributes
+
+
+def _storage_interface_breaks(source: str) -> list[str]:
+    methods, attributes = _storage_members(source)
+    bad = []
+    if len(methods) > MAX_STORAGE_METHODS:
+        bad.append(f"the storage interface has {len(methods)} methods (at most {MAX_STORAGE_METHODS})")
+    if attributes != STORAGE_ATTRIBUTES:
+        bad.append(f"the storage interface's attributes are {sorted(attributes)}")
+    return bad
+
+
+def test_the_storage_interface_stays_small() -> None:
+    source = (PKG / "storage" / "interface.py").read_text()
+    assert _storage_interface_breaks(source) == []
+
+
+def test_the_storage_interface_size_check_catches_a_new_method() -> None:
+    """Checked by breaking it: one more method, or one more attribute, is caught."""
+    source = (PKG / "storage" / "interface.py").read_text()
+    methods, _ = _storage_members(source)
+    extra = "".join(
+        f"\n    def extra_{i}(self) -> None:\n        ...\n"
+        for i in range(MAX_STORAGE_METHODS + 1 - len(methods))
+    )
+    # Appended at the end of the module, they land in its last class: Storage.
+    grown = source.rstrip("\n") + "\n" + extra
+    assert _storage_interface_breaks(grown) != []
+    assert _storage_interface_breaks(source.rstrip("\n") + "\n    colour: str\n") != []
+
+
 def test_the_imports_walker_sees_relative_imports() -> None:
     fake = PKG / "engine" / "example.py"
     tree = ast.parse("from ..core import reducer\nfrom .planner import AppendPlanner\n")
@@ -389,7 +442,7 @@ def test_no_module_reads_another_modules_private_names() -> None:
 
 #: Deferred imports that are not about cycles: a backend's driver (psycopg) loads only when a
 #: URL of that backend is opened, and Alembic only when ``migrate`` runs (start-up time).
-DEFERRED = {("storage/__init__.py", "open_storage"), ("storage/sql/transactions.py", "migrate")}
+DEFERRED = {("storage/__init__.py", "_open"), ("storage/sql/transactions.py", "migrate")}
 
 
 def test_no_function_imports_a_package_module_in_its_body() -> None:

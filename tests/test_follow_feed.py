@@ -481,7 +481,7 @@ def test_a_page_whose_read_transaction_fails_before_it_ends_is_read_again(
         store.append("a", [_send(0)])
     engine = Engine(db_url)
     st = engine.storage
-    name = "read_band" if st.feed_banded else "feed_barrier"
+    name = "read_feed"
     step, failed = getattr(st, name), []
 
     def dying_step(*args: Any, **kwargs: Any) -> Any:
@@ -513,7 +513,7 @@ def test_a_page_whose_events_could_not_be_named_is_read_again(db_url: str, backe
         store.append("b", [_send(0)])
     engine = Engine(db_url)
     st = engine.storage
-    step, failed = st.list_rewinds, []
+    step, failed = st.records, []
 
     def dying_step(*args: Any, **kwargs: Any) -> Any:
         if not failed:
@@ -522,7 +522,7 @@ def test_a_page_whose_events_could_not_be_named_is_read_again(db_url: str, backe
             raise StorageError("connection lost", retryable=True)
         return step(*args, **kwargs)
 
-    setattr(st, "list_rewinds", dying_step)
+    setattr(st, "records", dying_step)
     try:
         with engine.feed(idle_timeout=SAFETY) as follower:
             got = list(itertools.islice(follower, 3))

@@ -24,7 +24,7 @@ from eventstore.errors import CompactedError, SessionErased, StorageError
 from eventstore.samples import chat_session
 from eventstore import EventStore
 from eventstore.storage import open_storage
-from eventstore.core.rows import Erasure
+from eventstore.core.rows import Erasure, TombstoneRow
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "security.md"
 
@@ -159,7 +159,7 @@ def _erase(url: str, session: str, *, expect_denied: bool = False) -> Erasure | 
     storage = open_storage(url)
     try:
         with storage.read() as tx:
-            row = storage.get_session(tx, session)
+            row = storage.session(tx, id=session)
         if row is None:
             return None
         if expect_denied:
@@ -191,7 +191,7 @@ def test_the_owner_erases_and_the_application_sees_the_tombstone(setup: dict[str
         storage = open_storage(setup["app"])
         try:
             with storage.read() as tx:  # the application role reads tombstones
-                assert [t.session_id for t in storage.list_tombstones(tx)] == ["s1", "s1-alt"]
+                assert [t.session_id for t in storage.records(tx, TombstoneRow)] == ["s1", "s1-alt"]
         finally:
             storage.close()
         assert app_store.verify().ok

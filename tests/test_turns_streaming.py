@@ -318,7 +318,7 @@ def test_foreign_events_that_do_not_end_the_run_are_built_on(store: EventStore) 
 def _lose_acks(engine: Engine, failures: dict[str, int], when: Callable[[Any], bool]) -> None:
     """Make the group commit lose its acknowledgement ``failures["left"]`` times: the
     batches commit, then a retryable error says the connection was lost at commit."""
-    real = engine.storage.append_batches
+    real = engine.storage.append
 
     def lose_the_ack(batches: Any) -> list[bool]:
         out = real(batches)  # committed...
@@ -327,7 +327,7 @@ def _lose_acks(engine: Engine, failures: dict[str, int], when: Callable[[Any], b
             raise StorageError("connection lost at commit", retryable=True)  # ...but unacknowledged
         return out
 
-    engine.storage.append_batches = lose_the_ack  # type: ignore[method-assign]
+    engine.storage.append = lose_the_ack  # type: ignore[method-assign]
 
 
 def test_a_retried_flush_lands_exactly_once(db_url: str) -> None:

@@ -343,7 +343,7 @@ class FeedBarrier:
 
 @dataclass(frozen=True, slots=True)
 class Band:
-    """One band of a banded feed, as :meth:`Storage.read_band` read it.
+    """One band of a banded feed, as :meth:`Storage.read_feed` read it.
 
     Attributes:
         below: the barrier the band was read under (as :attr:`FeedBarrier.below`).
@@ -389,7 +389,7 @@ class SessionControl:
 
 @dataclass(frozen=True, slots=True)
 class TurnBatch:
-    """What one streaming turn writes in a group commit (:meth:`Storage.append_batches`).
+    """What one streaming turn writes in a group commit (:meth:`Storage.append`).
 
     Attributes:
         session_pk: the session.

@@ -77,15 +77,13 @@ async def iterate(
 
 
 async def live(
-    make_plan: Callable[[], Live], watcher: AsyncChangeWatcher, others_committed: Callable[[], None]
+    make_plan: Callable[[], Live], watcher: AsyncChangeWatcher
 ) -> AsyncIterator[RecordedEvent]:
     """The async driver of a follower's plan (:func:`eventstore.engine.reads.follow_plan` /
     ``feed_plan``): the same decisions as the sync one (:func:`eventstore.engine.reads.drive`), with the
     reads run in greenlets and the waits awaited on the storage's async watcher.
 
     The plan is made (arguments checked, the session looked up) when iteration starts.
-    ``others_committed`` is the storage's hook for a wake-up (see
-    :meth:`eventstore.storage.interface.Storage.others_committed`).
     """
     plan = await run(make_plan)
     while True:
@@ -109,5 +107,5 @@ async def live(
         wait = plan.after_read(bool(batch), pending, full, time.monotonic())
         if wait is None:
             return
-        if wait and await watcher.wait(seen, wait_arg(wait)) != seen:
-            others_committed()
+        if wait:
+            await watcher.wait(seen, wait_arg(wait))

@@ -31,7 +31,7 @@ from eventstore.core.catalogue import (
 )
 from eventstore.core.codec import canonical
 from eventstore.core.records import SessionInfo, to_datetime
-from eventstore.core.rows import CatalogueRow, SessionControl
+from eventstore.core.rows import CatalogueRow, RewindRow, SessionControl
 from eventstore.core.turn_rules import INTERRUPTION, session_info
 from eventstore.engine.engine import Engine
 from eventstore.engine.transaction_steps import now_micros
@@ -79,7 +79,7 @@ def set_info(
         changes["metadata"] = meta
     st = engine.storage
     with st.write() as tx:
-        row = st.lock_session(tx, session)
+        row = st.session(tx, id=session, lock=True)
         if row is None:
             raise engine.missing(tx, session)
         if changes:
@@ -141,8 +141,8 @@ def info_changes(engine: Engine, session: Any) -> list[InfoChange]:
         row = rows.row_by_id(tx, session)
         if row is None:
             raise engine.missing(tx, session)
-        held = st.list_rewinds(tx, session_id=session)
-        own = st.list_rewinds(tx, pks=[row.pk])
+        held = st.records(tx, RewindRow, session_id=session)
+        own = st.records(tx, RewindRow, pks=[row.pk])
         records = rows.info_records(tx, [row.pk, *(r.kept_pk for r in held)])
         names = {r.kept_pk: r.kept_id for r in held} | {row.pk: session}
         found = name_info_changes(records, names, [*held, *own])
@@ -154,9 +154,9 @@ def all_info_changes(engine: Engine, tx: Any, pks: Any = None) -> list[InfoChang
     the id it was made to, oldest first (the audit trail ``verify`` reports)."""
     st = engine.storage
     records = rows.info_records(tx, pks)
-    names = {r.pk: r.id for r in st.list_sessions(tx)}
+    names = {r.pk: r.id for r in st.sessions(tx)}
     return name_info_changes(
-        [r for r in records if r[0] in names], names, st.list_rewinds(tx, pks={r[0] for r in records})
+        [r for r in records if r[0] in names], names, st.records(tx, RewindRow, pks={r[0] for r in records})
     )
 
 

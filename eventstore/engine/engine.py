@@ -69,7 +69,7 @@ from eventstore.core.records import (
 )
 from eventstore.core.reducer import REDUCER_VERSION
 from eventstore.core.rewinds import Rewinds
-from eventstore.core.rows import CatalogueEffect, EventRow, SessionRow, TurnBatch
+from eventstore.core.rows import CatalogueEffect, EventRow, RewindRow, SessionRow, TurnBatch
 from eventstore.core.validation import MAX_VERSION, Limits, Validator
 from eventstore.engine.planner import AppendPlan, AppendPlanner
 from eventstore.engine.sealer import Sealer
@@ -192,8 +192,7 @@ class Engine(TransactionSteps):
         self.snapshot_every: int = snapshot_every
         self.validate = Validator(Limits(max_event_bytes, max_id_length))
         self.planner = AppendPlanner(snapshot_every)
-        self.storage: Storage = open_storage(url, **storage_options)
-        self.storage.use_segments(SegmentCodec())
+        self.storage: Storage = open_storage(url, segment_coder=SegmentCodec(), **storage_options)
         #: Whether closed turns are sealed in the background (``seal=``).
         self.seal_enabled = seal
         # Over asyncio drivers the worker is a task of the store's event loop, not a thread.
@@ -368,9 +367,9 @@ class Engine(TransactionSteps):
 
         Raises:
             EventIdRace: an event id is already recorded (nothing was written).
-            StorageError: as :meth:`Storage.append_batches <eventstore.storage.interface.Storage.append_batches>`.
+            StorageError: as :meth:`Storage.append <eventstore.storage.interface.Storage.append>`.
         """
-        return self.storage.append_batches([p.batch() for p in planned])
+        return self.storage.append([p.batch() for p in planned])
 
     def _append(self, req: AppendRequest, fast: bool) -> AppendResult:
         st = self.storage
@@ -378,15 +377,13 @@ class Engine(TransactionSteps):
         # Optimistic path: the head check is part of the write, and so are the snapshots
         # this batch reaches (PostgreSQL: one statement, its own transaction).
         p = self.plan_optimistic(req, now) if fast else None
-        if p is not None and st.append_fast(
-            p.row.pk, p.row.head, p.row.head_hash, p.rows, p.turn, p.plan.snapshots, p.plan.blobs, p.effect()
-        ):
+        if p is not None and st.append([p.batch()])[0]:
             return self.appended(p)
         session, ids = req.session, req.ids
         with st.write(session=session, expected=req.expected) as tx:
             row = self.lock_for_append(tx, session, req.expected)
             if ids is not None:
-                prior = st.events_by_id(tx, row.pk, ids)
+                prior = st.read_events(tx, row.pk, ids=ids)
                 if prior:
                     return replayed(
                         session, prior, ids, req.encoded, req.actor, req.meta, req.natives
@@ -453,14 +450,14 @@ class Engine(TransactionSteps):
     def session_rows(self) -> list[SessionRow]:
         """Every session row, oldest first."""
         with self.storage.read() as tx:
-            return self.storage.list_sessions(tx)
+            return self.storage.sessions(tx)
 
     def sessions(self) -> list[SessionInfo]:
         """Every session (roots and branches), oldest first."""
         with self.storage.read() as tx:
-            rows = self.storage.list_sessions(tx)
-            controls = self.storage.list_controls(tx)
-            rewinds = Rewinds(self.storage.list_rewinds(tx))
+            rows = self.storage.sessions(tx)
+            controls = self.storage.controls(tx)
+            rewinds = Rewinds(self.storage.records(tx, RewindRow))
             return self.infos(tx, rows, {r.pk: r for r in rows}, controls, rewinds)
 
     # -- branch -------------------------------------------------------------------------
@@ -476,12 +473,12 @@ class Engine(TransactionSteps):
         check_new_session_id(new_id, "new_id")
         st = self.storage
         with st.write() as tx:
-            row = st.lock_session(tx, session)
+            row = st.session(tx, id=session, lock=True)
             if row is None:
                 raise self.missing(tx, session)
             new = self.fork_of(tx, row, check_version(row, at), new_id, now_micros())
             if self.insert_new_session(tx, new) is None:
-                taken = st.get_session(tx, new_id)
+                taken = st.session(tx, id=new_id)
                 if taken is not None:
                     self.check_open(tx, taken)
                 raise SessionExists(new_id)
@@ -498,8 +495,8 @@ class Engine(TransactionSteps):
         its fork version). Loading below ``upto`` then raises :class:`CompactedError`;
         every version at or above it loads exactly as before, and so does every branch.
 
-        The compaction record (:meth:`Storage.record_compaction
-        <eventstore.storage.interface.Storage.record_compaction>`) is written in the same
+        The compaction record (:meth:`TransactionSteps.removed_record
+        <eventstore.engine.transaction_steps.TransactionSteps.removed_record>`) is written in the same
         transaction, before the delete: it binds the baseline to the chain (the hash at
         ``upto``, the digest of the baseline state, the hashes of every version removed),
         so ``verify`` can check the baseline snapshot and a checkpoint can still vouch for
@@ -519,11 +516,14 @@ class Engine(TransactionSteps):
         st = self.storage
         new_blobs: set[bytes] = set()
         with st.write() as tx:
-            row = st.lock_session(tx, session)
+            row = st.session(tx, id=session, lock=True)
             if row is None:
                 raise self.missing(tx, session)
             v = check_version(row, upto)
-            keep = st.max_child_fork(tx, row.pk)
+            keep = max(
+                (b.fork_version or 0 for b in st.sessions(tx, descendants_of=row.pk) if b.parent_pk == row.pk),
+                default=None,
+            )
             if v == row.baseline:
                 return CompactionRecord(session, v, row.baseline, 0, keep)
             # The snapshot first: it is what keeps the state after the delete.

@@ -24,7 +24,7 @@ from eventstore.core.feed_rules import (
 )
 from eventstore.core.records import RecordedEvent
 from eventstore.core.rewinds import Rewinds
-from eventstore.core.rows import Segment
+from eventstore.core.rows import RewindRow, Segment
 from eventstore.core.validation import MAX_VERSION
 from eventstore.engine.transaction_steps import TransactionSteps
 from eventstore.errors import SessionRewound, StorageError, VersionNotFound
@@ -66,7 +66,7 @@ def follow_plan(
         # never visible before v: reading on from the last version skips nothing.
         with st.read() as tx:
             rows = st.read_events(tx, row.pk, after=last, upto=MAX_VERSION, limit=HISTORY_CHUNK)
-            moved = Rewinds(st.list_rewinds(tx, pks=(row.pk,))).by_kept.get(row.pk)
+            moved = Rewinds(st.records(tx, RewindRow, pks=(row.pk,))).by_kept.get(row.pk)
         full = len(rows) == HISTORY_CHUNK
         if moved is not None:
             # The id was rewound: what the row holds up to the old head was committed
@@ -100,18 +100,16 @@ def feed_plan(
         # the same key, not after rows it never handed out.
         after_key = None if key is None else key.as_tuple()
         if bands is None:
-            with st.read() as tx:
-                rows = st.read_feed(tx, after=after_key, limit=FEED_CHUNK)
-                full = len(rows) == FEED_CHUNK
-                # At the end: are committed events waiting behind an older open transaction?
-                pending = not full and st.feed_barrier(tx).pending
+            page = st.read_feed(after=after_key, limit=FEED_CHUNK)
+            rows, full = page.rows, len(page.rows) == FEED_CHUNK
+            pending = page.pending
             last = rows[-1] if rows else None
             next_key = key
             if last is not None:
                 next_key = FeedKey(last.xact, last.session_pk, last.version)
             next_bands = None
         else:
-            band = st.read_band(after=after_key, limit=bands.limit, upto=bands.upto(key))
+            band = st.read_feed(after=after_key, limit=bands.limit, upto=bands.upto(key))
             rows = band.rows
             upto = bands.upto(key, band.below)
             next_key, full, next_bands = bands.read(key, rows, upto, band.below)
@@ -133,7 +131,7 @@ def feed_names(
     """Feed events named as a history names them (``pk_of``: each one's row): a
     kept line's under the id that was rewound, not the kept id."""
     with engine.storage.read() as tx:
-        kept = Rewinds(engine.storage.list_rewinds(tx, pks=set(pks))).by_kept
+        kept = Rewinds(engine.storage.records(tx, RewindRow, pks=set(pks))).by_kept
     if not kept:
         return events
     return [
@@ -189,5 +187,5 @@ def drive(plan: Live, storage: Storage) -> Iterator[RecordedEvent]:
         wait = plan.after_read(bool(batch), pending, full, time.monotonic())
         if wait is None:
             return
-        if wait and watcher.wait(seen, wait_arg(wait)) != seen:
-            storage.others_committed()
+        if wait:
+            watcher.wait(seen, wait_arg(wait))

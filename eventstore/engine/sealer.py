@@ -162,7 +162,7 @@ class Sealer:
             by_session.setdefault(t.session_pk, []).append(t)
         with st.write() as tx:
             for pk, turns in by_session.items():
-                row = st.lock_for_seal(tx, pk, wait=wait)
+                row = st.session(tx, pk=pk, lock=True, wait=wait)
                 if row is None:
                     continue
                 hashed_as = eng.event_names(tx, [row])[row.pk]

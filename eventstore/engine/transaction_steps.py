@@ -43,9 +43,11 @@ from eventstore.core.rows import (
     CompactionRow,
     EventRow,
     NewSession,
+    RewindRow,
     SessionControl,
     SessionRow,
     SnapshotRow,
+    TombstoneRow,
 )
 from eventstore.core.turn_rules import session_info
 from eventstore.core.validation import Validator
@@ -56,6 +58,7 @@ from eventstore.errors import (
     SessionClosed,
     SessionErased,
     SessionNotFound,
+    StorageError,
 )
 from eventstore.storage import Storage
 from eventstore.storage import catalogue as catalogue_rows
@@ -92,7 +95,7 @@ class TransactionSteps:
             SessionNotFound: there is no such session.
         """
         self.validate.id(session, "session")
-        row = self.storage.get_session(tx, session)
+        row = self.storage.session(tx, id=session)
         if row is None:
             raise self.missing(tx, session)
         return row
@@ -100,7 +103,7 @@ class TransactionSteps:
     def missing(self, tx: Tx, session: str) -> SessionNotFound | SessionErased:
         """The error for a session id with no row: :class:`SessionErased` when a tombstone
         says it was erased, else :class:`SessionNotFound`."""
-        mark = self.storage.get_tombstone(tx, session)
+        mark = self.tombstone(tx, session)
         if mark is None:
             return SessionNotFound(session)
         return SessionErased(session, erased_at=mark.erased_at, actor=mark.actor, reason=mark.reason)
@@ -112,15 +115,36 @@ class TransactionSteps:
             SessionErased: the id belonged to an erased session (ids are never reused, so a
                 tombstone always names one session's history).
         """
-        if self.storage.get_tombstone(tx, new.id) is not None:
+        if self.tombstone(tx, new.id) is not None:
             raise self.missing(tx, new.id)
         return self.storage.insert_session(tx, new)
+
+    def session_by_pk(self, tx: Tx, pk: int) -> SessionRow:
+        """The session row with this key, which must exist (a key read from another row).
+
+        Raises:
+            StorageError: the row is gone (the database was edited behind the library).
+        """
+        row = self.storage.session(tx, pk=pk)
+        if row is None:
+            raise StorageError(f"session row {pk} vanished; run `eventstore verify`")
+        return row
+
+    def event_at(self, tx: Tx, pk: int, version: int) -> EventRow | None:
+        """One event of session row ``pk``, or ``None`` when absent (never written, or compacted)."""
+        found = self.storage.read_events(tx, pk, after=version - 1, upto=version)
+        return found[0] if found else None
+
+    def tombstone(self, tx: Tx, session: str) -> TombstoneRow | None:
+        """The tombstone of an erased session id, or ``None``."""
+        found = self.storage.records(tx, TombstoneRow, session_id=session)
+        return found[0] if found else None
 
     def lineage(self, tx: Tx, row: SessionRow) -> list[SessionRow]:
         """``row`` and the sessions it descends from, root first."""
         chain = [row]
         while chain[-1].parent_pk is not None:
-            chain.append(self.storage.get_session_by_pk(tx, chain[-1].parent_pk))
+            chain.append(self.session_by_pk(tx, chain[-1].parent_pk))
         chain.reverse()
         return chain
 
@@ -136,7 +160,7 @@ class TransactionSteps:
         lineage = self.lineage(tx, row)
         for seg in segments(lineage, version):
             if seg.after < version <= seg.upto:
-                e = self.storage.event_at(tx, seg.session_pk, version)
+                e = self.event_at(tx, seg.session_pk, version)
                 if e is not None:
                     return e.hash, e.turn
                 owner = next(r for r in lineage if r.pk == seg.session_pk)
@@ -148,7 +172,7 @@ class TransactionSteps:
         """The id each row of a lineage reports its events under: the id of the session
         they were appended to (a kept line's events: the id that was rewound)."""
         names = {r.pk: r.id for r in lineage}
-        return Rewinds(self.storage.list_rewinds(tx, pks=names.keys())).event_names(names)
+        return Rewinds(self.storage.records(tx, RewindRow, pks=names.keys())).event_names(names)
 
     # -- states ---------------------------------------------------------------------------
 
@@ -159,7 +183,8 @@ class TransactionSteps:
         st = self.storage
         lineage = self.lineage(tx, row) if row.parent_pk is not None else [row]
         segs = segments(lineage, version)
-        snap = st.latest_snapshot(tx, segs, REDUCER_VERSION, baselines(lineage, version))
+        usable = st.snapshots(tx, segs, usable_by=REDUCER_VERSION, baselines=baselines(lineage, version))
+        snap = usable[0] if usable else None
         base = 0
         state: State | None = None
         if snap is not None:
@@ -168,7 +193,7 @@ class TransactionSteps:
         payloads: list[bytes] = []
         for seg in segs:
             if seg.upto > base:
-                payloads += st.read_payloads(tx, seg.session_pk, after=max(seg.after, base), upto=seg.upto)
+                payloads += st.read_events(tx, seg.session_pk, after=max(seg.after, base), upto=seg.upto, payloads=True)
         return fold_tail(row.id, base, version, state, decode_many(payloads))
 
     def decode_snapshot(self, tx: Tx, snap: SnapshotRow) -> State:
@@ -195,14 +220,14 @@ class TransactionSteps:
             ConcurrencyError: the session is new and ``expected`` is neither ``None`` nor 0.
         """
         st = self.storage
-        row = st.lock_session(tx, session)
+        row = st.session(tx, id=session, lock=True)
         if row is None:
             if expected not in (None, 0):
                 raise ConcurrencyError(session, expected, 0)
             check_new_session_id(session)
             row = self.insert_new_session(tx, NewSession(id=session, created_at=now_micros()))
             if row is None:  # created concurrently: wait for its lock
-                row = st.lock_session(tx, session)
+                row = st.session(tx, id=session, lock=True)
                 assert row is not None
         return row
 
@@ -212,7 +237,7 @@ class TransactionSteps:
         Raises:
             SessionClosed: the session was closed to writes.
         """
-        control = self.storage.get_control(tx, row.pk)
+        control = self.storage.controls(tx, row.pk)[row.pk]
         if control.closed_at is not None:
             raise SessionClosed(row.id, control.closed_reason)
         return control
@@ -240,12 +265,12 @@ class TransactionSteps:
         rows, prev, turn = event_rows(row, row.id, encoded, ids, actor, meta, now, natives)
         head = rows[-1].version
         st.insert_events(tx, rows)
-        st.set_head(tx, row.pk, head, prev, turn)
+        st.update_session(tx, row.pk, head=(head, prev, turn))
         catalogue_rows.apply_effect(tx, row.pk, catalogue_effect(action_dicts, now))
         plan = planner.plan(row, action_dicts, head)
         if plan is None:
             # Re-read the row: a compaction elsewhere may have moved its baseline.
-            fresh = st.get_session(tx, row.id) or row
+            fresh = st.session(tx, id=row.id) or row
             plan = planner.plan(row, action_dicts, head, self.state_at(tx, fresh, row.head))
             assert plan is not None
         for snap in plan.snapshots:
@@ -270,7 +295,8 @@ class TransactionSteps:
         st = self.storage
         lineage = self.lineage(tx, row) if row.parent_pk is not None else [row]
         segs = segments(lineage, version)
-        snap = st.latest_snapshot(tx, segs, REDUCER_VERSION, baselines(lineage, version))
+        usable = st.snapshots(tx, segs, usable_by=REDUCER_VERSION, baselines=baselines(lineage, version))
+        snap = usable[0] if usable else None
         base = 0
         if snap is not None:
             base = snap.version
@@ -279,7 +305,7 @@ class TransactionSteps:
         payloads: list[bytes] = []
         for seg in segs:
             if seg.upto > base:
-                payloads += st.read_payloads(tx, seg.session_pk, after=max(seg.after, base), upto=seg.upto)
+                payloads += st.read_events(tx, seg.session_pk, after=max(seg.after, base), upto=seg.upto, payloads=True)
         check_tail(row.id, base, version, len(payloads))
         status, first_text = catalogue_after(status, first_text, decode_many(payloads))
         return {"status": status, "first_text": first_text}
@@ -300,11 +326,11 @@ class TransactionSteps:
     def refresh_catalogue(self, tx: Tx, pk: int) -> None:
         """Set a session's catalogue columns from its state at its head (after a write that
         moved the head without knowing the batch: an import)."""
-        row = self.storage.get_session_by_pk(tx, pk)
+        row = self.session_by_pk(tx, pk)
         status, first_text = state_catalogue(self.state_at(tx, row, row.head))
         updated = row.created_at
         if row.head > (row.fork_version or 0):
-            ev = self.storage.event_at(tx, row.pk, row.head)
+            ev = self.event_at(tx, row.pk, row.head)
             if ev is not None:
                 updated = ev.recorded_at
         catalogue_rows.apply_effect(tx, pk, absolute_effect(status, first_text, updated))
@@ -374,7 +400,7 @@ class TransactionSteps:
         """
         now = now_micros()
         if upto > (row.fork_version or 0):
-            self.storage.record_compaction(tx, row.pk, upto=upto, state_digest=digest, compacted_at=now, actor=actor)
+            self.storage.insert_compaction(tx, self.removed_record(tx, row, upto, digest, now, actor))
             return
         self.storage.insert_compaction(
             tx,
@@ -390,4 +416,38 @@ class TransactionSteps:
                 compacted_at=now,
                 actor=actor,
             ),
+        )
+
+    def removed_record(
+        self, tx: Tx, row: SessionRow, upto: int, digest: bytes, now: int, actor: str | None
+    ) -> CompactionRow:
+        """The compaction record binding baseline ``upto`` to the chain, read *before* the
+        compaction deletes the events: the chain hashes of the session's own versions from
+        its current baseline (exclusive) to ``upto``, the hash and turn at ``upto`` and the
+        baseline state's digest.
+
+        Raises:
+            StorageError: the session's events up to ``upto`` are not all there.
+        """
+        first = max(row.baseline, row.fork_version or 0) + 1
+        found = [
+            (e.version, e.hash, e.turn)
+            for e in self.storage.read_events(tx, row.pk, after=first - 1, upto=upto)
+        ]
+        if upto < first or [r[0] for r in found] != list(range(first, upto + 1)):
+            raise StorageError(
+                f"cannot record a compaction of session {row.id!r} up to {upto}: its events "
+                f"{first}..{upto} are not all there"
+            )
+        return CompactionRow(
+            session_pk=row.pk,
+            upto=upto,
+            previous_baseline=row.baseline,
+            baseline_hash=bytes(found[-1][1]),
+            baseline_turn=int(found[-1][2]),
+            state_digest=bytes(digest),
+            first_version=first,
+            removed_hashes=b"".join(bytes(r[1]) for r in found),
+            compacted_at=now,
+            actor=actor,
         )

@@ -61,7 +61,7 @@ def recover(engine: Engine, session: Any, *, stale_after: Any = 30.0) -> Recover
     encoded = encode_action(action)
     now = now_micros()
     with st.write(session=session) as tx:
-        row = st.lock_session(tx, session)
+        row = st.session(tx, id=session, lock=True)
         if row is None:
             raise SessionNotFound(session)
         eng.check_open(tx, row)
@@ -71,12 +71,12 @@ def recover(engine: Engine, session: Any, *, stale_after: Any = 30.0) -> Recover
         state = eng.state_at(tx, row, row.head)
         if state.get("status") != "streaming":
             if control.writer is not None:
-                st.set_writer(tx, row.pk, None, None)  # a dead writer's lease, nothing open
+                st.update_session(tx, row.pk, writer=(None, None))  # a dead writer's lease, nothing open
             return None
         rows, prev, turn, plan = eng.write_locked(
             tx, row, [action], [encoded], None, "recovery", None, now
         )
-        st.set_writer(tx, row.pk, None, None)
+        st.update_session(tx, row.pk, writer=(None, None))
     eng.planner.committed(head_after(row, rows[-1].version, prev, turn), plan)
     after = fold_json(state, [action])
     return Recovery(rows[-1].version, resumable(after["messages"]))
@@ -84,7 +84,7 @@ def recover(engine: Engine, session: Any, *, stale_after: Any = 30.0) -> Recover
 
 def _last_writes(engine: Engine, tx: Any, row: SessionRow) -> SessionControl:
     """The session's control row with its head event's time (what staleness is judged by)."""
-    control = engine.storage.get_control(tx, row.pk, with_head_event=True)
+    control = engine.storage.controls(tx, row.pk, with_head_event=True)[row.pk]
     if control.head_recorded_at is None:
         # A branch still at its fork point: its creation is the last write to it.
         control = replace(control, head_recorded_at=row.created_at)
@@ -104,7 +104,7 @@ def recovery_status_of(engine: Engine, session: Any, *, stale_after: Any = 30.0)
     stale = check_stale_after(stale_after)
     st = engine.storage
     with st.read() as tx:
-        row = st.get_session(tx, session)
+        row = st.session(tx, id=session)
         if row is None:
             raise engine.missing(tx, session)
         control = _last_writes(engine, tx, row)
@@ -132,10 +132,10 @@ def close_session(engine: Engine, session: Any, *, reason: Any = None) -> None:
     encoded = encode_action(action)
     committed = None
     with st.write(session=session) as tx:
-        row = st.lock_session(tx, session)
+        row = st.session(tx, id=session, lock=True)
         if row is None:
             raise SessionNotFound(session)
-        if st.get_control(tx, row.pk).closed_at is None:
+        if st.controls(tx, row.pk)[row.pk].closed_at is None:
             now = now_micros()
             # A turn still open would stay `streaming` for good: nothing can write to a
             # closed session, recovery included. So the close ends it, as a recovery does,
@@ -146,7 +146,6 @@ def close_session(engine: Engine, session: Any, *, reason: Any = None) -> None:
                     tx, row, [action], [encoded], None, "close", None, now
                 )
                 committed = (head_after(row, rows[-1].version, prev, turn), plan)
-            st.set_writer(tx, row.pk, None, None)
-            st.close_session(tx, row.pk, now, reason)
+            st.update_session(tx, row.pk, writer=(None, None), closed=(now, reason))
     if committed is not None:
         engine.planner.committed(*committed)

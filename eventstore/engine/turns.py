@@ -6,7 +6,7 @@ Persist before stream, group commit and stop; crash recovery and closing a sessi
 A :class:`TurnWriter` belongs to one store. Each open :class:`StreamingTurn` buffers its parts in a
 :class:`~eventstore.core.turn_rules.TurnState`; background threads (the *flushers*) commit
 the buffered events of every open turn together, in one transaction per flush
-(:meth:`~eventstore.storage.interface.Storage.append_batches`), each session still appended at
+(:meth:`~eventstore.storage.interface.Storage.append`), each session still appended at
 its exact head. Parts that end a step wake a flusher at once and ``write`` returns only
 when they are durable; deltas wait at most ``max_delay``. A turn's opening ``send`` joins
 the same group commit when this process knows the session's head.
@@ -526,7 +526,7 @@ def open_locked(engine: Engine, opening: Opening) -> TurnState:
         rows, prev, turn, plan = eng.write_locked(
             tx, row, [o.action], [(o.type, o.payload)], (event_id(o.token, 0),), o.actor, None, now
         )
-        st.set_writer(tx, row.pk, o.token, now)
+        st.update_session(tx, row.pk, writer=(o.token, now))
     head = head_after(row, rows[-1].version, prev, turn)
     eng.planner.committed(head, plan)
     return TurnState(o.session, head, o.token, o.actor, o.max_delay, time.monotonic())
@@ -584,7 +584,7 @@ def flush_turns(
         plan = eng.planner.plan(row, actions, rows[-1].version)
         if plan is None:
             with st.read() as tx:
-                fresh = st.get_session(tx, t.session)
+                fresh = st.session(tx, id=t.session)
                 if fresh is None:
                     gone: Exception | None = eng.missing(tx, t.session)
                 else:
@@ -603,7 +603,7 @@ def flush_turns(
     if not batches:
         return
     try:
-        written = st.append_batches(batches)
+        written = st.append(batches)
     except StorageError as exc:
         now = time.monotonic()
         with lock:
@@ -628,14 +628,14 @@ def flush_turns(
                 stale.append(t)
     for t in stale:
         with st.read() as tx:
-            if st.get_session(tx, t.session) is None:
+            if st.session(tx, id=t.session) is None:
                 # Erased (or deleted) under the live turn: the turn ends with the error a
                 # reader of the session gets, not a storage failure.
                 missing = eng.missing(tx, t.session)
                 with lock:
                     t.failed(missing)
                 continue
-            control = st.get_control(tx, t.row.pk)
+            control = st.controls(tx, t.row.pk)[t.row.pk]
             after = (
                 st.read_events(tx, t.row.pk, after=t.row.head, upto=control.head)
                 if control.head > t.row.head
@@ -648,4 +648,4 @@ def flush_turns(
 def release_lease(engine: Engine, state: TurnState) -> None:
     """Give up a turn's lease directly (a turn that stopped: its head check would fail)."""
     with engine.storage.write() as tx:
-        engine.storage.set_writer(tx, state.row.pk, None, None, only_if=state.token)
+        engine.storage.update_session(tx, state.row.pk, writer=(None, None), only_if=state.token)

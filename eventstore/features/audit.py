@@ -15,7 +15,7 @@ from typing import Any
 from eventstore.core.checkpoints import Checkpoint, SessionHead, sign_checkpoint
 from eventstore.core.rewinds import Rewinds
 from eventstore.core.codec import state_digest
-from eventstore.core.rows import SessionRow
+from eventstore.core.rows import RewindRow, SessionRow
 from eventstore.core.validation import check_text
 from eventstore.engine.engine import Engine, Tx
 from eventstore.engine.transaction_steps import now_micros
@@ -47,7 +47,7 @@ def checkpoint(engine: Engine, private_key: Any, *, origin: Any = None) -> Check
             characters.
     """
     with engine.storage.read() as tx:
-        rows = engine.storage.list_sessions(tx)
+        rows = engine.storage.sessions(tx)
         # The baseline state is anchored too: its snapshot and its compaction record can be
         # rewritten together by the database owner, and nothing else would notice.
         heads = [
@@ -123,18 +123,18 @@ def _erase(engine: Engine, session: str, why: str, actor: str | None, cutoff: in
     retention scan keeps the session) — ``[]`` when not erased."""
     st = engine.storage
     with st.write() as tx:
-        row = st.lock_session(tx, session)
+        row = st.session(tx, id=session, lock=True)
         if row is None:
             if cutoff is not None:
                 return []
             raise engine.missing(tx, session)
         # A session made by a rewind shares its events with the line the rewind kept: the
         # erasure starts from the first such line (its branches include the session).
-        while (made := Rewinds(st.list_rewinds(tx, pks=(row.pk,))).by_new.get(row.pk)) is not None:
-            kept = st.get_session_by_pk(tx, made.kept_pk)
-            row = st.lock_session(tx, kept.id) or kept
+        while (made := Rewinds(st.records(tx, RewindRow, pks=(row.pk,))).by_new.get(row.pk)) is not None:
+            kept = engine.session_by_pk(tx, made.kept_pk)
+            row = st.session(tx, id=kept.id, lock=True) or kept
         if cutoff is not None:
-            family = [row, *(st.lock_session(tx, r.id) or r for r in st.descendants(tx, row.pk))]
+            family = [row, *(st.session(tx, id=r.id, lock=True) or r for r in st.sessions(tx, descendants_of=row.pk))]
             if any(_last_activity(engine, tx, r) >= cutoff for r in family):
                 return []
         done = st.erase_session(tx, row.pk, erased_at=now_micros(), actor=actor, reason=why)
@@ -161,7 +161,7 @@ def parse_age(text: Any) -> timedelta:
 
 def _last_activity(engine: Engine, tx: Tx, row: SessionRow) -> int:
     """When the session last changed: its head event's time (its creation without one)."""
-    e = engine.storage.event_at(tx, row.pk, row.head) if row.head > (row.fork_version or 0) else None
+    e = engine.event_at(tx, row.pk, row.head) if row.head > (row.fork_version or 0) else None
     return max(row.created_at, e.recorded_at if e is not None else 0)
 
 
@@ -197,7 +197,7 @@ def erase_older_than(
     engine.validate.flag(dry_run, "dry_run")
     cutoff = now_micros() - age // timedelta(microseconds=1)
     with engine.storage.read() as tx:
-        rows = engine.storage.list_sessions(tx)
+        rows = engine.storage.sessions(tx)
         old = {r.pk for r in rows if _last_activity(engine, tx, r) < cutoff}
     children: dict[int, list[int]] = {}
     for r in rows:

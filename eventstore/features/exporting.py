@@ -57,12 +57,12 @@ def _fork_point(engine: Engine, tx: Any, row: SessionRow) -> tuple[bytes, int]:
     """The hash and turn a branch's first own event chains from (zero for a root)."""
     if row.parent_pk is None or not row.fork_version:
         return ZERO_HASH, 0
-    parent = engine.storage.get_session_by_pk(tx, row.parent_pk)
+    parent = engine.session_by_pk(tx, row.parent_pk)
     return engine.hash_turn_at(tx, parent, row.fork_version)
 
 
 def _own_records(storage: Any, tx: Any, row: SessionRow) -> list[CompactionRow]:
-    return storage.list_compactions(tx, row.pk) if row.baseline > (row.fork_version or 0) else []
+    return storage.records(tx, CompactionRow, session_pk=row.pk) if row.baseline > (row.fork_version or 0) else []
 
 
 def _record_json(storage: Any, tx: Any, row: SessionRow) -> JSON | None:
@@ -125,7 +125,7 @@ def export(
         blocks: list[tuple[JSON, list[EventRow]]] = []
         for r in chain:
             fork_hash, fork_turn = _fork_point(engine, tx, r)
-            parent = storage.get_session_by_pk(tx, r.parent_pk).id if r.parent_pk else None
+            parent = engine.session_by_pk(tx, r.parent_pk).id if r.parent_pk else None
             evs = _exportable(storage, tx, r, storage.read_events(tx, r.pk, after=r.fork_version or 0, upto=r.head))
             head: JSON = {
                 "kind": "session",
@@ -191,16 +191,16 @@ def _family(engine: Engine, tx: Any, row: SessionRow) -> tuple[list[SessionRow],
     st = engine.storage
     chosen = {r.pk: r for r in engine.lineage(tx, row)}
     found: dict[int, RewindRow] = {}
-    pending = st.list_rewinds(tx, session_id=row.id)
+    pending = st.records(tx, RewindRow, session_id=row.id)
     while True:
-        pending += st.list_rewinds(tx, pks=list(chosen))
+        pending += st.records(tx, RewindRow, pks=list(chosen))
         grew = False
         for rec in pending:
             if rec.seq in found:
                 continue
             found[rec.seq] = rec
             for pk in (rec.kept_pk, rec.new_pk):
-                other = chosen.get(pk) or st.get_session_by_pk(tx, pk)
+                other = chosen.get(pk) or engine.session_by_pk(tx, pk)
                 if other is not None and pk not in chosen:
                     chosen.update((r.pk, r) for r in engine.lineage(tx, other))
                     grew = True

@@ -331,8 +331,8 @@ def import_(
     compacted session gets back the events its archive holds and its earlier baseline
     (``restored``); any other difference refuses the import. Restored events come back in
     the feed right before the session's first remaining event, so each session's events keep
-    coming in version order (see :meth:`Storage.restore_events
-    <eventstore.storage.interface.Storage.restore_events>`). (An existing session's block is
+    coming in version order (see :meth:`Storage.insert_events
+    <eventstore.storage.interface.Storage.insert_events>`). (An existing session's block is
     held in memory while it is compared.)
 
     Args:
@@ -433,7 +433,7 @@ def _restore_rewinds(engine: Engine, tx: Any, rewinds: list[tuple[RewindRow, str
     (the same file imported again) is left as it is."""
     st = engine.storage
     for rec, made in rewinds:
-        kept_row, made_row = st.get_session(tx, rec.kept_id), st.get_session(tx, made)
+        kept_row, made_row = st.session(tx, id=rec.kept_id), st.session(tx, id=made)
         if kept_row is None or made_row is None:
             raise _bad(1, f"the rewind that kept {rec.kept_id!r} names a session the file does not hold", "rewinds")
         if (
@@ -443,18 +443,18 @@ def _restore_rewinds(engine: Engine, tx: Any, rewinds: list[tuple[RewindRow, str
             or (made_row.fork_version or 0) != rec.to_version
         ):
             raise _bad(1, f"the rewind that kept {rec.kept_id!r} does not match its sessions", "rewinds")
-        here = [r for r in st.list_rewinds(tx, session_id=rec.session_id) if r.kept_id == rec.kept_id]
+        here = [r for r in st.records(tx, RewindRow, session_id=rec.session_id) if r.kept_id == rec.kept_id]
         if here:
             if (here[0].kept_pk, here[0].new_pk, here[0].to_version) != (kept_row.pk, made_row.pk, rec.to_version):
                 raise _conflict(rec.kept_id, "was kept by another rewind than the file's")
             continue
         if rec.kept_id not in created:
             raise _conflict(rec.kept_id, "is not the line the file's rewind kept")
-        st.restore_rewind(
+        st.rewind_session(
             tx,
             replace(rec, kept_pk=kept_row.pk, new_pk=made_row.pk),
-            rec.rewound_at,
-            kept_reason(rec.session_id, rec.to_version),
+            closed_at=rec.rewound_at,
+            reason=kept_reason(rec.session_id, rec.to_version),
         )
         catalogue_rows.touch(tx, made_row.pk, rec.rewound_at)
 
@@ -477,7 +477,7 @@ class _Import:
         self.info = _info(engine, meta, line)
         storage = engine.storage
         # Locked: an import that extends or restores a session serialises with its appends.
-        self.existing = storage.lock_session(tx, sid)
+        self.existing = storage.session(tx, id=sid, lock=True)
         self.parent_pk = _check_parent(engine, tx, meta)
         self.events: list[EventRow] = []  # held: an existing session's, or one chunk
         self.below: list[EventRow] = []  # a new session's events at or below its baseline
@@ -575,7 +575,7 @@ class _Import:
         rec = _baseline_record(m, self.line, self.below)
         if rec is not None:
             engine.storage.insert_compaction(tx, replace(rec, session_pk=self.row.pk))
-        engine.storage.set_head(tx, self.row.pk, m["head"], bytes.fromhex(m["head_hash"]), m["head_turn"])
+        engine.storage.update_session(tx, self.row.pk, head=(m["head"], bytes.fromhex(m["head_hash"]), m["head_turn"]))
         engine.refresh_catalogue(tx, self.row.pk)
         if self.info is not None:
             fields, changes = self.info
@@ -624,7 +624,7 @@ def _check_parent(engine: Engine, tx: Any, m: JSON) -> int | None:
         return None
     storage = engine.storage
     sid = m["id"]
-    prow = storage.get_session(tx, m["parent"])
+    prow = storage.session(tx, id=m["parent"])
     if prow is None:
         raise engine.missing(tx, m["parent"])
     fv = m.get("fork_version") or 0
@@ -653,7 +653,7 @@ def _snapshot_runs(
     at the fork, or the baseline snapshot).
     """
     n = engine.snapshot_every
-    fresh = engine.storage.get_session(tx, row.id) or row
+    fresh = engine.storage.session(tx, id=row.id) or row
     run: list[EventRow] = []
     seq: list[EventRow | None] = [*rows, None]
     for e in seq:
@@ -737,7 +737,7 @@ def _merge_existing(
         raise _conflict(row.id, "holds another history than the file's")
     storage.insert_events(tx, rows)
     _snapshot_runs(engine, tx, row, rows, new_blobs)
-    storage.set_head(tx, row.pk, m["head"], bytes.fromhex(m["head_hash"]), m["head_turn"])
+    storage.update_session(tx, row.pk, head=(m["head"], bytes.fromhex(m["head_hash"]), m["head_turn"]))
     engine.refresh_catalogue(tx, row.pk)
     return "extended", len(rows) + restored
 
@@ -772,7 +772,7 @@ def _restore_prefix(
     back = [_with_pk(e, row.pk) for e in b.events if e.version <= bl and e.version not in present]
     # In the feed, right before the session's first remaining event, not after it: each
     # session's events keep coming in version order (see docs/live.md).
-    if not storage.restore_events(tx, back, before=bl + 1):
+    if not storage.insert_events(tx, back, before=bl + 1):
         raise _conflict(
             row.id,
             f"its events below version {bl + 1} cannot be put back before it in the feed's order",
@@ -781,7 +781,7 @@ def _restore_prefix(
     rec = _baseline_record(m, b.line, [e for e in b.events if e.version <= new_baseline])
     if rec is not None:
         engine.put_snapshot(tx, row.pk, new_baseline, m["baseline_state"], new_blobs)
-        if all(r.upto != new_baseline for r in storage.list_compactions(tx, row.pk)):
+        if all(r.upto != new_baseline for r in storage.records(tx, CompactionRow, session_pk=row.pk)):
             storage.insert_compaction(tx, replace(rec, session_pk=row.pk))
     # The compaction primitive is also how a baseline moves down: with keep_upto at the
     # head it deletes nothing, and only the baseline columns change.

@@ -29,6 +29,7 @@ from eventstore.core.rows import (
     CompactionRow,
     EventRow,
     RewindRow,
+    Segment,
     SessionRow,
     SnapshotRow,
     TombstoneRow,
@@ -201,18 +202,18 @@ def verify(
     if session is None:
         rows = engine.session_rows()
         with engine.storage.read() as tx:
-            marks = engine.storage.list_tombstones(tx)
+            marks = engine.storage.records(tx, TombstoneRow)
         notices += [_erased(m) for m in marks]
     else:
         try:
             rows = [engine.session_row(session)]
         except SessionErased:
             with engine.storage.read() as tx:
-                mark = engine.storage.get_tombstone(tx, session)
+                mark = engine.tombstone(tx, session)
             assert mark is not None
             rows, notices = [], [_erased(mark)]
     with engine.storage.read() as tx:
-        rewinds = engine.storage.list_rewinds(tx)
+        rewinds = engine.storage.records(tx, RewindRow)
         changes = catalogue.all_info_changes(engine, tx) if session is None else []
         info_problems = _info_drift(tx, rows, rewinds, every=session is None)
     if session is not None and rows:
@@ -308,9 +309,9 @@ def _against_checkpoint(engine: Engine, checkpoint: Checkpoint, public_key: Any)
     st = engine.storage
     heads: list[CurrentSession | ErasedSession | RewoundSession] = []
     with st.read() as tx:
-        rows = {r.id: r for r in st.list_sessions(tx)}
-        marks = {m.session_id: m for m in st.list_tombstones(tx)}
-        rewinds = st.list_rewinds(tx)
+        rows = {r.id: r for r in st.sessions(tx)}
+        marks = {m.session_id: m for m in st.records(tx, TombstoneRow)}
+        rewinds = st.records(tx, RewindRow)
         lineages: dict[int, list[SessionRow]] = {}
 
         def held(row: SessionRow, version: int) -> bytes | None:
@@ -395,7 +396,7 @@ def _baseline_record(engine: Engine, tx: Tx, lineage: list[SessionRow]) -> list[
     """The compaction records of the lineage's sessions at the last session's baseline."""
     row = lineage[-1]
     return [
-        rec for r in reversed(lineage) for rec in engine.storage.list_compactions(tx, r.pk) if rec.upto == row.baseline
+        rec for r in reversed(lineage) for rec in engine.storage.records(tx, CompactionRow, session_pk=r.pk) if rec.upto == row.baseline
     ]
 
 
@@ -433,7 +434,7 @@ def _check_below_baseline(engine: Engine, tx: Tx, row: SessionRow, check: ChainC
     fork = row.fork_version or 0
     if row.baseline <= fork:
         return
-    recs = st.list_compactions(tx, row.pk)
+    recs = st.records(tx, CompactionRow, session_pk=row.pk)
     if not recs:
         return  # reported as an unrecorded baseline
     lo = fork
@@ -463,7 +464,7 @@ def _check_one(engine: Engine, row: SessionRow) -> ChainCheck:
             # events and cannot be checked against them).
             snaps: dict[int, SnapshotRow] = {}
             for seg in segs:
-                for s in st.list_snapshots(tx, seg.session_pk, after=max(seg.after, start), upto=seg.upto):
+                for s in st.snapshots(tx, [Segment(seg.session_pk, max(seg.after, start), seg.upto)]):
                     if s.reducer_version == REDUCER_VERSION:
                         snaps[s.version] = s
             base_state = engine.state_at(tx, row, start) if start else None

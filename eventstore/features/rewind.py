@@ -57,7 +57,7 @@ def rewind(
     why = None if reason is None else check_reason(reason)
     st = engine.storage
     with st.write() as tx:
-        row = st.lock_session(tx, session)
+        row = st.session(tx, id=session, lock=True)
         if row is None:
             raise engine.missing(tx, session)
         if expected_version is not None and row.head != expected_version:
@@ -69,10 +69,10 @@ def rewind(
         target = check_version(row, to)
         if target == row.head:
             return None
-        taken = [r.kept_id for r in st.list_rewinds(tx, session_id=session)]
+        taken = [r.kept_id for r in st.records(tx, RewindRow, session_id=session)]
         kid = kept_id(session, taken)
         # An id of that shape made before such ids were refused, or erased: skip past it.
-        while st.get_session(tx, kid) is not None or st.get_tombstone(tx, kid) is not None:
+        while st.session(tx, id=kid) is not None or engine.tombstone(tx, kid) is not None:
             taken.append(kid)
             kid = kept_id(session, taken)
         now = now_micros()
@@ -90,7 +90,8 @@ def rewind(
         )
         # The same conversation: the new row keeps the session's creation time.
         new = engine.fork_of(tx, row, target, session, row.created_at)
-        made = st.rewind_session(tx, rec, new, now, kept_reason(session, target))
+        made = st.rewind_session(tx, rec, closed_at=now, reason=kept_reason(session, target), new=new)
+        assert made is not None  # a rewind (not a write-back) returns the new row
         engine.carry_catalogue(tx, row.pk, made.pk, now)
     # This process's cached head of the id is the kept line's now.
     engine.planner.take_head(session)
@@ -107,11 +108,11 @@ def lines(engine: Engine, session: Any) -> list[SessionInfo]:
     st = engine.storage
     with st.read() as tx:
         engine.row(tx, session)
-        recs = st.list_rewinds(tx, session_id=session)
+        recs = st.records(tx, RewindRow, session_id=session)
         rows = [
             row
             for rec in recs
-            if (row := st.get_session(tx, rec.kept_id)) is not None and row.pk == rec.kept_pk
+            if (row := st.session(tx, id=rec.kept_id)) is not None and row.pk == rec.kept_pk
         ]
-        controls = {row.pk: st.get_control(tx, row.pk, with_head_event=True) for row in rows}
+        controls = {row.pk: st.controls(tx, row.pk, with_head_event=True)[row.pk] for row in rows}
         return engine.infos(tx, rows, {row.pk: row for row in rows}, controls, Rewinds(recs))

@@ -7,22 +7,25 @@ action or a state is; ``eventstore.store`` joins storage with the codec and the 
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SAWarning
 
 from eventstore.errors import StorageError
-from eventstore.storage.interface import Storage
+from eventstore.storage.interface import SegmentCoder, Storage
 from eventstore.storage.urls import check_driver, mask_url, quote_password
 
 # Options that only a PostgreSQL storage understands (refused for SQLite, not ignored).
 _POSTGRES_ONLY = ("replicas", "max_replica_lag", "replica_wait", "partitions")
 
+if TYPE_CHECKING:
+    from eventstore.storage.sql import SqlStorage
+
 __all__ = ["open_storage", "Storage"]
 
 
-def open_storage(url: str, **options: Any) -> Storage:
+def open_storage(url: str, *, segment_coder: SegmentCoder | None = None, **options: Any) -> Storage:
     """Open the storage behind a SQLAlchemy URL.
 
     Args:
@@ -35,13 +38,22 @@ def open_storage(url: str, **options: Any) -> Storage:
             ``partitions`` (hash-partition new event and snapshot tables by session).
 
     Returns:
-        A :class:`Storage`; close it with ``close()``.
+        A :class:`Storage`; close it with ``close()``. It reads and writes sealed segments
+        with ``segment_coder`` (the engine's codec; without one, a sealed segment met is an
+        error).
 
     Raises:
         StorageError: the URL is malformed or names an unsupported database, or a
             PostgreSQL-only option is given for SQLite.
     """
-    url = quote_password(url)
+    storage = _open(quote_password(url), **options)
+    if segment_coder is not None:
+        storage.use_segments(segment_coder)
+    return storage
+
+
+def _open(url: str, **options: Any) -> SqlStorage:
+    """The storage class of the URL's backend, opened with ``options`` (see :func:`open_storage`)."""
     try:
         parsed = make_url(url)
         backend = parsed.get_backend_name()

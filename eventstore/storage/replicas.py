@@ -41,9 +41,9 @@ import math
 import threading
 import time
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
-from typing import Any
+from typing import Any, Literal, overload
 
 from sqlalchemy import BigInteger, Float, case, cast, extract, func, literal_column, select
 from sqlalchemy.engine import make_url
@@ -51,7 +51,7 @@ from sqlalchemy.util import await_
 
 from eventstore.core.rows import Band, CatalogueEffect, EventRow, LoadParts, SnapshotRow, TurnBatch
 from eventstore.errors import StorageError
-from eventstore.storage.interface import SegmentCoder, Tx
+from eventstore.storage.interface import AsyncChangeWatcher, ChangeWatcher, SegmentCoder, Tx
 from eventstore.storage.postgres import PostgresStorage
 from eventstore.storage.sql import Compiled, SqlStorage
 from eventstore.storage.urls import mask_url
@@ -252,7 +252,7 @@ class ReplicatedPostgresStorage(PostgresStorage):
         finally:
             self._moved = True
 
-    def append_fast(
+    def _append_fast(
         self,
         session_pk: int,
         old_head: int,
@@ -264,15 +264,15 @@ class ReplicatedPostgresStorage(PostgresStorage):
         effect: CatalogueEffect | None = None,
     ) -> bool:
         try:
-            return super().append_fast(
+            return super()._append_fast(
                 session_pk, old_head, old_hash, rows, head_turn, snapshots, blobs, effect
             )
         finally:
             self._moved = True
 
-    def append_batches(self, batches: Sequence[TurnBatch]) -> list[bool]:
+    def _append_batches(self, batches: Sequence[TurnBatch]) -> list[bool]:
         try:
-            return super().append_batches(batches)
+            return super()._append_batches(batches)
         finally:
             self._moved = True
 
@@ -288,8 +288,20 @@ class ReplicatedPostgresStorage(PostgresStorage):
         super().close()
 
     def others_committed(self) -> None:
-        # A follower was woken by a commit on the primary: its next read must see it.
+        """A follower was woken by a commit on the primary: its next read must see it."""
         self._moved = True
+
+    @overload
+    def watcher(self, *, asyncio: Literal[False] = False) -> ChangeWatcher: ...
+
+    @overload
+    def watcher(self, *, asyncio: Literal[True]) -> AsyncChangeWatcher: ...
+
+    def watcher(self, *, asyncio: bool = False) -> ChangeWatcher | AsyncChangeWatcher:
+        # The primary's watcher, telling this storage when it woke a follower.
+        if asyncio:
+            return _AsyncWokenWatcher(super().watcher(asyncio=True), self.others_committed)
+        return _WokenWatcher(super().watcher(), self.others_committed)
 
     # -- reads: a fit replica, else the primary ----------------------------------------
 
@@ -314,10 +326,10 @@ class ReplicatedPostgresStorage(PostgresStorage):
             yield tx
         self._moved = True  # later reads must not go back before what this one saw
 
-    def read_band(self, *, after: tuple[int, int, int] | None, limit: int, upto: int) -> Band:
+    def _read_band(self, *, after: tuple[int, int, int] | None, limit: int, upto: int) -> Band:
         # Through read(), which picks a replica that has replayed what this store saw
         # (the primary's one-round-trip band always reads the primary).
-        return SqlStorage.read_band(self, after=after, limit=limit, upto=upto)
+        return SqlStorage._read_band(self, after=after, limit=limit, upto=upto)
 
     def load_parts(
         self, session_id: str, version: int | None, reducer_version: int
@@ -424,6 +436,50 @@ class ReplicatedPostgresStorage(PostgresStorage):
 
 #: What :func:`_not_a_copy` says of a standby that has no eventstore tables yet.
 NOT_YET = "it has no eventstore tables on its search_path yet"
+
+
+class _WokenWatcher(ChangeWatcher):
+    """A storage's watcher that calls ``woken`` when a wait ends on a new generation."""
+
+    def __init__(self, inner: ChangeWatcher, woken: Callable[[], None]) -> None:
+        self._inner, self._woken = inner, woken
+
+    def generation(self) -> int:
+        return self._inner.generation()
+
+    def wait(self, seen: int, timeout: float | None) -> int:
+        now = self._inner.wait(seen, timeout)
+        if now != seen:
+            self._woken()
+        return now
+
+    def wake(self) -> None:
+        self._inner.wake()
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class _AsyncWokenWatcher(AsyncChangeWatcher):
+    """:class:`_WokenWatcher` on the event loop."""
+
+    def __init__(self, inner: AsyncChangeWatcher, woken: Callable[[], None]) -> None:
+        self._inner, self._woken = inner, woken
+
+    async def generation(self) -> int:
+        return await self._inner.generation()
+
+    async def wait(self, seen: int, timeout: float | None) -> int:
+        now = await self._inner.wait(seen, timeout)
+        if now != seen:
+            self._woken()
+        return now
+
+    def wake(self) -> None:
+        self._inner.wake()
+
+    async def close(self) -> None:
+        await self._inner.close()
 
 
 def _not_a_copy(primary: tuple[Any, ...], replica: tuple[Any, ...]) -> str | None:

@@ -225,7 +225,7 @@ class SQLiteStorage(SqlStorage):
     def _async_probe(self) -> AsyncProbe:
         return _AsyncDataVersionProbe(self._path)
 
-    def append_fast(
+    def _append_fast(
         self,
         session_pk: int,
         old_head: int,

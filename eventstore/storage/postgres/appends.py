@@ -27,7 +27,7 @@ def _effect_arrays(batches: Sequence[TurnBatch]) -> dict[str, list[Any]]:
 class HotAppends(Connections):
     """The append paths of :class:`~eventstore.storage.postgres.PostgresStorage`."""
 
-    def append_fast(
+    def _append_fast(
         self,
         session_pk: int,
         old_head: int,
@@ -46,7 +46,7 @@ class HotAppends(Connections):
             != (first.recorded_at, first.actor, first.metadata, None)
             for r in rows
         ):
-            return super().append_fast(
+            return super()._append_fast(
                 session_pk, old_head, old_hash, rows, head_turn, snapshots, blobs, effect
             )
         if len(rows) == 1 and not snapshots and not blobs:
@@ -78,7 +78,7 @@ class HotAppends(Connections):
         sql = APPEND_FAST if snapshots or blobs else APPEND_FAST_NO_SNAPSHOT
         return self._run_hot(sql, params, binary=True) == len(rows)
 
-    def append_batches(self, batches: Sequence[TurnBatch]) -> list[bool]:
+    def _append_batches(self, batches: Sequence[TurnBatch]) -> list[bool]:
         if not batches:
             return []
         events = [r for b in batches for r in b.rows]

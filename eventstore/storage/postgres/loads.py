@@ -67,11 +67,16 @@ class HotLoads(Connections):
             sealed=sealed,
         )
 
-    def get_session(self, tx: Tx, session_id: str) -> SessionRow | None:
-        return self._learn_key(super().get_session(tx, session_id))
-
-    def lock_session(self, tx: Tx, session_id: str) -> SessionRow | None:
-        return self._learn_key(super().lock_session(tx, session_id))
+    def session(
+        self,
+        tx: Tx,
+        *,
+        id: str | None = None,
+        pk: int | None = None,
+        lock: bool = False,
+        wait: bool = True,
+    ) -> SessionRow | None:
+        return self._learn_key(super().session(tx, id=id, pk=pk, lock=lock, wait=wait))
 
     def insert_session(self, tx: Tx, new: NewSession) -> SessionRow | None:
         return self._learn_key(super().insert_session(tx, new))

@@ -173,7 +173,7 @@ class PostgresStorage(HotAppends, HotLoads):
     def _before_band(self, tx: Tx) -> None:
         tx.exec_driver_sql(BAND_SETTINGS)
 
-    def read_band(self, *, after: tuple[int, int, int] | None, limit: int, upto: int) -> Band:
+    def _read_band(self, *, after: tuple[int, int, int] | None, limit: int, upto: int) -> Band:
         # One round trip, in autocommit: the setting and the band's statement sent as one
         # query string, which the server runs as one implicit transaction. Its values are
         # inlined (integers only) because such a string takes no parameters.
@@ -198,7 +198,7 @@ class PostgresStorage(HotAppends, HotLoads):
             band = self._band(rows, _unseen_sessions)
         except _UnseenSessions:
             # Their ids must come from the band's own snapshot (an erasure may remove one).
-            return super().read_band(after=after, limit=limit, upto=upto)
+            return super()._read_band(after=after, limit=limit, upto=upto)
         with self.read() as tx:
             return self._sealed_band(tx, band, after, limit, upto)
 

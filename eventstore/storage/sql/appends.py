@@ -21,9 +21,11 @@ from eventstore.storage.catalogue import effect_params
 from eventstore.storage.interface import Tx
 from eventstore.storage.schema import events, sessions
 from eventstore.storage.sql.statements import (
+    CHUNK,
     EVENT_KEYS,
     SESSION_COLS,
     WITH_HEAD_EVENT,
+    chunks,
     session_row,
 )
 from eventstore.storage.sql.transactions import SqlTransactions
@@ -42,19 +44,41 @@ class SessionWrites(SqlTransactions):
 
     # -- sessions -----------------------------------------------------------------------
 
-    def get_session(self, tx: Tx, session_id: str) -> SessionRow | None:
-        r = self._fetchone(tx, self._q_get_session, {"id": session_id})
+    def session(
+        self,
+        tx: Tx,
+        *,
+        id: str | None = None,
+        pk: int | None = None,
+        lock: bool = False,
+        wait: bool = True,
+    ) -> SessionRow | None:
+        if pk is not None:
+            if lock:
+                return self._lock_for_seal(tx, pk, wait=wait)
+            r = self._fetchone(tx, self._q_get_session_pk, {"pk": pk})
+        else:
+            r = self._fetchone(tx, self._q_lock_session if lock else self._q_get_session, {"id": id})
         return None if r is None else session_row(r)
 
-    def get_session_by_pk(self, tx: Tx, pk: int) -> SessionRow:
-        r = self._fetchone(tx, self._q_get_session_pk, {"pk": pk})
-        if r is None:
-            raise StorageError(f"session row {pk} vanished; run `eventstore verify`")
-        return session_row(r)
-
-    def lock_session(self, tx: Tx, session_id: str) -> SessionRow | None:
-        r = self._fetchone(tx, self._q_lock_session, {"id": session_id})
-        return None if r is None else session_row(r)
+    def sessions(self, tx: Tx, *, descendants_of: int | None = None) -> list[SessionRow]:
+        if descendants_of is None:
+            rows = tx.execute(select(*SESSION_COLS).order_by(sessions.c.pk)).all()
+            return [session_row(r) for r in rows]
+        out: list[SessionRow] = []
+        frontier = [descendants_of]
+        while frontier:
+            children: list[SessionRow] = []
+            for chunk in chunks(frontier, CHUNK):
+                found = tx.execute(
+                    select(*SESSION_COLS)
+                    .where(sessions.c.parent_pk.in_(list(chunk)))
+                    .order_by(sessions.c.pk)
+                ).all()
+                children.extend(session_row(r) for r in found)
+            out.extend(children)
+            frontier = [c.pk for c in children]
+        return out
 
     def insert_session(self, tx: Tx, new: NewSession) -> SessionRow | None:
         stmt = (
@@ -79,12 +103,37 @@ class SessionWrites(SqlTransactions):
         r = tx.execute(stmt).first()
         return None if r is None else session_row(r)
 
-    def set_head(self, tx: Tx, pk: int, head: int, head_hash: bytes, head_turn: int) -> None:
-        self._run(
-            tx,
-            self._q_set_head,
-            {"p_pk": pk, "p_head": head, "p_hash": head_hash, "p_turn": head_turn},
-        ).close()
+    def update_session(
+        self,
+        tx: Tx,
+        pk: int,
+        *,
+        head: tuple[int, bytes, int] | None = None,
+        writer: tuple[str | None, int | None] | None = None,
+        only_if: str | None = None,
+        closed: tuple[int, str | None] | None = None,
+    ) -> bool:
+        changed = True
+        if head is not None:
+            version, head_hash, head_turn = head
+            self._run(
+                tx,
+                self._q_set_head,
+                {"p_pk": pk, "p_head": version, "p_hash": head_hash, "p_turn": head_turn},
+            ).close()
+        if writer is not None:
+            stmt = update(sessions).where(sessions.c.pk == pk)
+            if only_if is not None:
+                stmt = stmt.where(sessions.c.writer == only_if)
+            values = stmt.values(writer=writer[0], writer_seen=writer[1])
+            changed = bool(tx.execute(values).rowcount == 1)
+        if closed is not None:
+            tx.execute(
+                update(sessions)
+                .where(sessions.c.pk == pk)
+                .values(closed_at=closed[0], closed_reason=closed[1])
+            )
+        return changed
 
     def append_at(
         self,
@@ -112,10 +161,21 @@ class SessionWrites(SqlTransactions):
         moved = bool(cur.rowcount == 1)
         cur.close()
         if moved:
-            self.insert_events(tx, rows)
+            self._insert_rows(tx, rows)
         return moved
 
-    def append_fast(
+    def append(self, batches: Sequence[TurnBatch]) -> list[bool]:
+        if len(batches) == 1 and batches[0].writer is None and batches[0].rows:
+            # One plain append: the backend's fastest statement for it.
+            b = batches[0]
+            return [
+                self._append_fast(
+                    b.session_pk, b.old_head, b.old_hash, b.rows, b.head_turn, b.snapshots, b.blobs, b.effect
+                )
+            ]
+        return self._append_batches(batches)
+
+    def _append_fast(
         self,
         session_pk: int,
         old_head: int,
@@ -133,43 +193,22 @@ class SessionWrites(SqlTransactions):
                 self.put_snapshot(tx, snap, blobs if i == 0 else {})
             return True
 
-    def list_sessions(self, tx: Tx) -> list[SessionRow]:
-        rows = tx.execute(select(*SESSION_COLS).order_by(sessions.c.pk)).all()
-        return [session_row(r) for r in rows]
-
-    def max_child_fork(self, tx: Tx, pk: int) -> int | None:
-        v = tx.execute(
-            select(func.max(sessions.c.fork_version)).where(sessions.c.parent_pk == pk)
-        ).scalar()
-        return None if v is None else int(v)
 
     # -- streaming turns ------------------------------------------------------------------
 
-    def get_control(self, tx: Tx, pk: int, *, with_head_event: bool = False) -> SessionControl:
+    def controls(
+        self, tx: Tx, pk: int | None = None, *, with_head_event: bool = False
+    ) -> dict[int, SessionControl]:
+        if pk is None:
+            rows = tx.execute(WITH_HEAD_EVENT).all()
+            return {r[0]: _control(r) for r in rows}
         q = self._q_control_head if with_head_event else self._q_control
         r = self._fetchone(tx, q, {"pk": pk})
         if r is None:
             raise StorageError(f"session row {pk} vanished; run `eventstore verify`")
-        return _control(r)
+        return {pk: _control(r)}
 
-    def list_controls(self, tx: Tx) -> dict[int, SessionControl]:
-        rows = tx.execute(WITH_HEAD_EVENT).all()
-        return {r[0]: _control(r) for r in rows}
-
-    def set_writer(
-        self, tx: Tx, pk: int, writer: str | None, seen_at: int | None, *, only_if: str | None = None
-    ) -> bool:
-        stmt = update(sessions).where(sessions.c.pk == pk)
-        if only_if is not None:
-            stmt = stmt.where(sessions.c.writer == only_if)
-        return bool(tx.execute(stmt.values(writer=writer, writer_seen=seen_at)).rowcount == 1)
-
-    def close_session(self, tx: Tx, pk: int, closed_at: int, reason: str | None) -> None:
-        tx.execute(
-            update(sessions).where(sessions.c.pk == pk).values(closed_at=closed_at, closed_reason=reason)
-        )
-
-    def append_batches(self, batches: Sequence[TurnBatch]) -> list[bool]:
+    def _append_batches(self, batches: Sequence[TurnBatch]) -> list[bool]:
         written: list[bool] = []
         with self.write() as tx:
             rows: list[EventRow] = []
@@ -205,14 +244,21 @@ class SessionWrites(SqlTransactions):
                     rows.extend(b.rows)
                     snaps.extend((n, b.blobs if i == 0 else {}) for i, n in enumerate(b.snapshots))
             if rows:
-                self.insert_events(tx, rows)
+                self._insert_rows(tx, rows)
             for snap, blobs in snaps:
                 self.put_snapshot(tx, snap, blobs)
         return written
 
     # -- events -------------------------------------------------------------------------
 
-    def insert_events(self, tx: Tx, rows: Sequence[EventRow]) -> None:
+    def insert_events(self, tx: Tx, rows: Sequence[EventRow], *, before: int | None = None) -> bool:
+        if before is not None:
+            return self._restore_events(tx, rows, before=before)
+        self._insert_rows(tx, rows)
+        return True
+
+    def _insert_rows(self, tx: Tx, rows: Sequence[EventRow]) -> None:
+        """Insert a batch of events in one round trip where the driver allows."""
         q = self._q_insert_events
         if q.keys == EVENT_KEYS and not q.defaults:
             # Positional (SQLite's qmark) in EventRow's field order: the tuples go straight
@@ -262,7 +308,7 @@ class SessionWrites(SqlTransactions):
             ],
         )
 
-    def restore_events(self, tx: Tx, rows: Sequence[EventRow], *, before: int) -> bool:
+    def _restore_events(self, tx: Tx, rows: Sequence[EventRow], *, before: int) -> bool:
         if not rows:
             return True
         pk = rows[0].session_pk
@@ -270,7 +316,7 @@ class SessionWrites(SqlTransactions):
             select(events.c.xact).where(events.c.session_pk == pk, events.c.version == before)
         ).scalar()
         if above is None:
-            self.insert_events(tx, rows)
+            self._insert_rows(tx, rows)
             return True
         below = tx.execute(
             select(func.max(events.c.xact)).where(

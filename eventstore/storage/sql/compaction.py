@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import fields
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import delete, insert, select, update
 
-from eventstore.core.rows import DIGEST_SIZE, CompactionRow, Erasure, SessionRow, TombstoneRow
-from eventstore.errors import StorageError
+from eventstore.core.rows import DIGEST_SIZE, CompactionRow, Erasure, RewindRow, TombstoneRow
 from eventstore.storage.catalogue import forget as forget_info
 from eventstore.storage.interface import Tx
 from eventstore.storage.schema import (
@@ -21,10 +20,14 @@ from eventstore.storage.schema import (
     snapshots,
     tombstones,
 )
-from eventstore.storage.sql.statements import CHUNK, SESSION_COLS, session_row
+from eventstore.storage.sql.statements import CHUNK, chunks
+from eventstore.storage.sql.rewinds import select_rewinds
 from eventstore.storage.sql.transactions import SqlTransactions
 
 __all__ = ["Compaction"]
+
+#: The kinds of audit records: what compactions removed, erased sessions, rewinds.
+R = TypeVar("R", CompactionRow, TombstoneRow, RewindRow)
 
 # An erasure's permit covers every version a session can have (versions are int4).
 _ALL_VERSIONS = 2**31 - 1
@@ -71,78 +74,44 @@ class Compaction(SqlTransactions):
 
     # -- audit: compaction records, erasure, blob collection ------------------------------
 
-    def record_compaction(
-        self,
-        tx: Tx,
-        session_pk: int,
-        *,
-        upto: int,
-        state_digest: bytes,
-        compacted_at: int,
-        actor: str | None = None,
-    ) -> CompactionRow:
-        row = self.get_session_by_pk(tx, session_pk)
-        first = max(row.baseline, row.fork_version or 0) + 1
-        found = [
-            (e.version, e.hash, e.turn)
-            for e in self.read_events(tx, session_pk, after=first - 1, upto=upto)
-        ]
-        if upto < first or [r[0] for r in found] != list(range(first, upto + 1)):
-            raise StorageError(
-                f"cannot record a compaction of session {row.id!r} up to {upto}: its events "
-                f"{first}..{upto} are not all there"
-            )
-        rec = CompactionRow(
-            session_pk=session_pk,
-            upto=upto,
-            previous_baseline=row.baseline,
-            baseline_hash=bytes(found[-1][1]),
-            baseline_turn=int(found[-1][2]),
-            state_digest=bytes(state_digest),
-            first_version=first,
-            removed_hashes=b"".join(bytes(r[1]) for r in found),
-            compacted_at=compacted_at,
-            actor=actor,
-        )
-        self.insert_compaction(tx, rec)
-        return rec
-
     def insert_compaction(self, tx: Tx, rec: CompactionRow) -> None:
         tx.execute(insert(compactions).values(**_fields(rec)))
 
-    def list_compactions(self, tx: Tx, session_pk: int) -> list[CompactionRow]:
-        rows = tx.execute(
-            select(*compactions.c)
-            .where(compactions.c.session_pk == session_pk)
-            .order_by(compactions.c.upto)
-        ).mappings()
-        return [_compaction(r) for r in rows]
+    def records(
+        self,
+        tx: Tx,
+        kind: type[R],
+        *,
+        session_pk: int | None = None,
+        session_id: str | None = None,
+        pks: Collection[int] | None = None,
+    ) -> list[R]:
+        out: list[Any]
+        if kind is CompactionRow:
+            rows = tx.execute(
+                select(*compactions.c)
+                .where(compactions.c.session_pk == session_pk)
+                .order_by(compactions.c.upto)
+            ).mappings()
+            out = [_compaction(r) for r in rows]
+        elif kind is TombstoneRow:
+            stmt = select(*tombstones.c).order_by(tombstones.c.session_id)
+            if session_id is not None:
+                stmt = stmt.where(tombstones.c.session_id == session_id)
+            out = [_tombstone(r) for r in tx.execute(stmt).mappings()]
+        else:
+            out = select_rewinds(tx, session_id=session_id, pks=pks)
+        return cast("list[R]", out)
 
     def recorded_hash(self, tx: Tx, session_pk: int, version: int) -> bytes | None:
-        ev = self.event_at(tx, session_pk, version)
-        if ev is not None:
-            return ev.hash
-        for rec in self.list_compactions(tx, session_pk):
+        found = self.read_events(tx, session_pk, after=version - 1, upto=version)
+        if found:
+            return found[0].hash
+        for rec in self.records(tx, CompactionRow, session_pk=session_pk):
             h = rec.hash_at(version)
             if h is not None:
                 return h
         return None
-
-    def descendants(self, tx: Tx, pk: int) -> list[SessionRow]:
-        out: list[SessionRow] = []
-        frontier = [pk]
-        while frontier:
-            children: list[SessionRow] = []
-            for chunk in self.iter_chunks(frontier, CHUNK):
-                rows = tx.execute(
-                    select(*SESSION_COLS)
-                    .where(sessions.c.parent_pk.in_(list(chunk)))
-                    .order_by(sessions.c.pk)
-                ).all()
-                children.extend(session_row(r) for r in rows)
-            out.extend(children)
-            frontier = [c.pk for c in children]
-        return out
 
     def erase_session(
         self,
@@ -153,8 +122,8 @@ class Compaction(SqlTransactions):
         actor: str | None,
         reason: str,
     ) -> Erasure:
-        root = self.get_session_by_pk(tx, session_pk)
-        family = [root, *self.descendants(tx, session_pk)]
+        root = self._session_by_pk(tx, session_pk)
+        family = [root, *self.sessions(tx, descendants_of=session_pk)]
         # Session rows first, in key order, as appends, compaction and the sealer take
         # them: deleting events before holding the rows deadlocks with a sealer that
         # holds a row and then deletes that session's events.
@@ -186,7 +155,7 @@ class Compaction(SqlTransactions):
             insert(compaction_permits),
             [{"session_pk": pk, "upto": _ALL_VERSIONS} for pk in pks],
         )
-        for chunk in self.iter_chunks(pks, CHUNK):
+        for chunk in chunks(pks, CHUNK):
             in_chunk = list(chunk)
             for (md,) in tx.execute(
                 select(snapshots.c.message_digests).where(snapshots.c.session_pk.in_(in_chunk))
@@ -200,23 +169,13 @@ class Compaction(SqlTransactions):
             tx.execute(delete(compactions).where(compactions.c.session_pk.in_(in_chunk)))
             forget_info(tx, in_chunk)
         # Children before parents: a branch row refers to its parent's.
-        for chunk in self.iter_chunks(pks[::-1], CHUNK):
+        for chunk in chunks(pks[::-1], CHUNK):
             tx.execute(delete(sessions).where(sessions.c.pk.in_(list(chunk))))
-        for chunk in self.iter_chunks(pks, CHUNK):
+        for chunk in chunks(pks, CHUNK):
             tx.execute(
                 delete(compaction_permits).where(compaction_permits.c.session_pk.in_(list(chunk)))
             )
         return Erasure(marks, int(n_events), int(n_snapshots), frozenset(released))
-
-    def get_tombstone(self, tx: Tx, session_id: str) -> TombstoneRow | None:
-        r = tx.execute(
-            select(*tombstones.c).where(tombstones.c.session_id == session_id)
-        ).mappings().first()
-        return None if r is None else _tombstone(r)
-
-    def list_tombstones(self, tx: Tx) -> list[TombstoneRow]:
-        rows = tx.execute(select(*tombstones.c).order_by(tombstones.c.session_id)).mappings()
-        return [_tombstone(r) for r in rows]
 
     def collect_blobs(self, tx: Tx, candidates: Iterable[bytes] | None = None) -> int:
         self._lock_snapshot_writes(tx)
@@ -231,7 +190,7 @@ class Compaction(SqlTransactions):
             if not unused:
                 return 0
         deleted = 0
-        for chunk in self.iter_chunks(sorted(unused), CHUNK):
+        for chunk in chunks(sorted(unused), CHUNK):
             deleted += tx.execute(
                 delete(snapshot_blobs).where(snapshot_blobs.c.digest.in_(list(chunk)))
             ).rowcount

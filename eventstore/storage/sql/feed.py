@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 from eventstore.core.rows import Band, FeedBarrier, FeedRow
 from eventstore.storage.interface import AsyncChangeWatcher, ChangeWatcher, Tx
 from eventstore.storage.sql.transactions import SqlTransactions
 from eventstore.storage.watch import TaskWatcher, ThreadWatcher
 
-__all__ = ["Feed"]
+__all__ = ["Feed", "NO_BARRIER"]
+
+#: The barrier of a feed whose every committed event is final (SQLite): none.
+NO_BARRIER = 2**63 - 1
 
 
 class Feed(SqlTransactions):
@@ -20,14 +23,29 @@ class Feed(SqlTransactions):
         return FeedBarrier(None)
 
     def read_feed(
+        self, *, after: tuple[int, int, int] | None, limit: int, upto: int | None = None
+    ) -> Band:
+        if self.feed_banded:
+            assert upto is not None, "a banded feed is read up to a feed number"
+            return self._read_band(after=after, limit=limit, upto=upto)
+        with self.read() as tx:
+            rows = self._read_page(tx, after=after, limit=limit)
+            # At the end: are committed events waiting behind an older open transaction?
+            pending = len(rows) < limit and self.feed_barrier(tx).pending
+        return Band(NO_BARRIER, rows, pending)
+
+    def _read_page(
         self, tx: Tx, *, after: tuple[int, int, int] | None, limit: int
     ) -> list[FeedRow]:
+        """Events in feed order after the key ``(xact, session_pk, version)`` of a storage
+        whose every committed event is final (not :attr:`feed_banded`: SQLite)."""
         x, s, v = (-1, 0, 0) if after is None else after
         params = {"x": x, "s": s, "v": v, "lim": limit}
         rows = [FeedRow._make(r) for r in self._fetchall(tx, self._q_feed, params)]
         return self._merge_feed(tx, rows, after=(x, s, v), limit=limit)
 
-    def read_band(self, *, after: tuple[int, int, int] | None, limit: int, upto: int) -> Band:
+    def _read_band(self, *, after: tuple[int, int, int] | None, limit: int, upto: int) -> Band:
+        """One band of a :attr:`feed_banded` storage, in a read transaction of its own."""
         assert self._q_band is not None, "only a banded storage reads bands"
         with self.read() as tx:
             self._before_band(tx)
@@ -67,7 +85,15 @@ class Feed(SqlTransactions):
     def _before_band(self, tx: Tx) -> None:
         """Settings a band's statement needs in its transaction (none by default)."""
 
-    def watcher(self) -> ChangeWatcher:
+    @overload
+    def watcher(self, *, asyncio: Literal[False] = False) -> ChangeWatcher: ...
+
+    @overload
+    def watcher(self, *, asyncio: Literal[True]) -> AsyncChangeWatcher: ...
+
+    def watcher(self, *, asyncio: bool = False) -> ChangeWatcher | AsyncChangeWatcher:
+        if asyncio:
+            return self._task_watcher()
         with self._watcher_lock:
             if self._watcher is None:
                 self._watcher = ThreadWatcher(
@@ -75,7 +101,7 @@ class Feed(SqlTransactions):
                 )
             return self._watcher
 
-    def async_watcher(self) -> AsyncChangeWatcher:
+    def _task_watcher(self) -> AsyncChangeWatcher:
         with self._watcher_lock:
             if self._async_watcher is None:
                 self._async_watcher = TaskWatcher(self._async_probe(), safety_poll=self.safety_poll)

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 from sqlalchemy import select
 
 from eventstore.core.rows import EventRow
 from eventstore.storage.interface import Tx
 from eventstore.storage.schema import EVENT_COLUMNS, events
-from eventstore.storage.sql.statements import CHUNK
+from eventstore.storage.sql.statements import CHUNK, MAX_VERSION, chunks
 from eventstore.storage.sql.transactions import SqlTransactions
 
 __all__ = ["EventReads"]
@@ -37,9 +37,61 @@ def _event(r: Any) -> EventRow:
 class EventReads(SqlTransactions):
     """An event log's reads: rows of ``events``, then the sealed events of the range."""
 
-    def events_by_id(self, tx: Tx, session_pk: int, event_ids: Sequence[str]) -> list[EventRow]:
+    @overload
+    def read_events(
+        self,
+        tx: Tx,
+        session_pk: int,
+        *,
+        after: int = 0,
+        upto: int = MAX_VERSION,
+        limit: int | None = None,
+        desc: bool = False,
+        ids: Sequence[str] | None = None,
+        payloads: Literal[False] = False,
+    ) -> list[EventRow]: ...
+
+    @overload
+    def read_events(
+        self, tx: Tx, session_pk: int, *, after: int = 0, upto: int = MAX_VERSION, payloads: Literal[True]
+    ) -> list[bytes]: ...
+
+    def read_events(
+        self,
+        tx: Tx,
+        session_pk: int,
+        *,
+        after: int = 0,
+        upto: int = MAX_VERSION,
+        limit: int | None = None,
+        desc: bool = False,
+        ids: Sequence[str] | None = None,
+        payloads: bool = False,
+    ) -> list[EventRow] | list[bytes]:
+        if payloads:
+            return self._read_payloads(tx, session_pk, after=after, upto=upto)
+        if ids is not None:
+            return self._events_by_id(tx, session_pk, ids)
+        if upto == after + 1 and not desc and limit != 0:
+            # One version: its own statement, the sealed segments read only when it is not a row.
+            r = self._fetchone(tx, self._q_event_at, {"pk": session_pk, "version": upto})
+            if r is not None:
+                return [_event(r)]
+            found = self._sealed_event_at(tx, session_pk, upto)
+            return [] if found is None else [found]
+        q = self._q_read_desc if desc else self._q_read_asc
+        params = {
+            "pk": session_pk,
+            "after": after,
+            "upto": upto,
+            "lim": _NO_LIMIT if limit is None else limit,
+        }
+        rows = [_event(r) for r in self._fetchall(tx, q, params)]
+        return self._merge_range(tx, session_pk, rows, after=after, upto=upto, limit=limit, desc=desc)
+
+    def _events_by_id(self, tx: Tx, session_pk: int, event_ids: Sequence[str]) -> list[EventRow]:
         out: list[EventRow] = []
-        for chunk in self.iter_chunks(list(event_ids), CHUNK):
+        for chunk in chunks(list(event_ids), CHUNK):
             rows = tx.execute(
                 select(*EVENT_COLUMNS).where(
                     events.c.session_pk == session_pk, events.c.event_id.in_(chunk)
@@ -52,27 +104,8 @@ class EventReads(SqlTransactions):
         out.sort(key=lambda e: e.version)
         return out
 
-    def read_events(
-        self,
-        tx: Tx,
-        session_pk: int,
-        *,
-        after: int,
-        upto: int,
-        limit: int | None = None,
-        desc: bool = False,
-    ) -> list[EventRow]:
-        q = self._q_read_desc if desc else self._q_read_asc
-        params = {
-            "pk": session_pk,
-            "after": after,
-            "upto": upto,
-            "lim": _NO_LIMIT if limit is None else limit,
-        }
-        rows = [_event(r) for r in self._fetchall(tx, q, params)]
-        return self._merge_range(tx, session_pk, rows, after=after, upto=upto, limit=limit, desc=desc)
-
-    def read_payloads(self, tx: Tx, session_pk: int, *, after: int, upto: int) -> list[bytes]:
+    def _read_payloads(self, tx: Tx, session_pk: int, *, after: int, upto: int) -> list[bytes]:
+        """Only the payloads of a range (the fold's fast path)."""
         rows = self._fetchall(
             tx, self._q_read_payloads, {"pk": session_pk, "after": after, "upto": upto}
         )
@@ -80,8 +113,4 @@ class EventReads(SqlTransactions):
             # Some are sealed (or missing): the merged read says which.
             return [e.payload for e in self.read_events(tx, session_pk, after=after, upto=upto)]
         return [r[0] if type(r[0]) is bytes else bytes(r[0]) for r in rows]
-
-    def event_at(self, tx: Tx, session_pk: int, version: int) -> EventRow | None:
-        r = self._fetchone(tx, self._q_event_at, {"pk": session_pk, "version": version})
-        return self._sealed_event_at(tx, session_pk, version) if r is None else _event(r)
 

@@ -73,21 +73,23 @@ def select_rewinds(
 class Rewinds(SqlTransactions):
     """A rewind, its undo (a restore), and the records of both."""
 
-    def rewind_session(self, tx: Tx, rec: RewindRow, new: NewSession, closed_at: int, reason: str) -> SessionRow:
+    def rewind_session(
+        self,
+        tx: Tx,
+        rec: RewindRow,
+        *,
+        closed_at: int,
+        reason: str,
+        new: NewSession | None = None,
+    ) -> SessionRow | None:
         keep_line(tx, rec.kept_pk, rec.kept_id, closed_at, reason)
+        if new is None:  # a restore: the line that took the id is there already
+            mark_line(tx, rec.kept_pk, rec.new_pk)
+            record_rewind(tx, rec)
+            return None
         row = self.insert_session(tx, new)
         if row is None:
             raise StorageError(f"session id {new.id!r} is taken; it cannot take the rewound session")
         mark_line(tx, rec.kept_pk, row.pk)
         record_rewind(tx, dataclasses.replace(rec, new_pk=row.pk))
         return row
-
-    def restore_rewind(self, tx: Tx, rec: RewindRow, closed_at: int, reason: str) -> None:
-        keep_line(tx, rec.kept_pk, rec.kept_id, closed_at, reason)
-        mark_line(tx, rec.kept_pk, rec.new_pk)
-        record_rewind(tx, rec)
-
-    def list_rewinds(
-        self, tx: Tx, *, session_id: str | None = None, pks: Collection[int] | None = None
-    ) -> list[RewindRow]:
-        return select_rewinds(tx, session_id=session_id, pks=pks)

@@ -34,6 +34,7 @@ from eventstore.core.rows import (
 )
 from eventstore.errors import SegmentCorrupt, StorageError
 from eventstore.storage.interface import SegmentCoder, Tx
+from eventstore.storage.sql.statements import chunks
 from eventstore.storage.schema import (
     EVENT_COLUMNS,
     compaction_permits,
@@ -251,7 +252,7 @@ class Sealing:
         """The sealed events of a session carrying any of these ids: ``sealed_event_ids``
         says which versions hold them, and only the segments of those are decoded."""
         where: dict[int, str] = {}
-        for chunk in self.iter_chunks(sorted(event_ids), _ID_CHUNK):  # type: ignore[attr-defined]
+        for chunk in chunks(sorted(event_ids), _ID_CHUNK):
             found = tx.execute(
                 select(_I.version, _I.event_id).where(
                     _I.session_pk == session_pk, _I.event_id.in_(chunk)
@@ -375,13 +376,13 @@ class Sealing:
             stmt = stmt.where(e.session_pk == session_pk)
         return [SealableTurn(r[0], r[1], r[2], r[3], r[1]) for r in tx.execute(stmt)]
 
-    def lock_for_seal(self, tx: Tx, session_pk: int, *, wait: bool) -> SessionRow | None:
+    def _lock_for_seal(self, tx: Tx, session_pk: int, *, wait: bool) -> SessionRow | None:
         stmt = self._seal_lock(select(*sessions.c).where(sessions.c.pk == session_pk), wait)
         r = tx.execute(stmt).first()
         return None if r is None else self._session_row(r)
 
     def _seal_lock(self, stmt: Any, wait: bool) -> Any:
-        """Row locking for :meth:`lock_for_seal` (SQLite: BEGIN IMMEDIATE locked already)."""
+        """Row locking for :meth:`_lock_for_seal` (SQLite: BEGIN IMMEDIATE locked already)."""
         return stmt
 
     def _seal_barrier(self, tx: Tx) -> int | None:

@@ -9,8 +9,8 @@ from sqlalchemy import and_, bindparam, or_, select
 
 from eventstore.core.rows import DIGEST_SIZE, LoadParts, Segment, SnapshotRow
 from eventstore.storage.interface import Tx
-from eventstore.storage.schema import snapshot_blobs, snapshots
-from eventstore.storage.sql.statements import CHUNK, SNAPSHOT_COLS, Compiled, session_row
+from eventstore.storage.schema import snapshots
+from eventstore.storage.sql.statements import SNAPSHOT_COLS, Compiled, session_row
 from eventstore.storage.sql.transactions import SqlTransactions
 
 __all__ = ["Snapshots"]
@@ -64,30 +64,31 @@ class Snapshots(SqlTransactions):
             q = self._q_latest[key] = Compiled(stmt, self.engine.dialect)
         return q
 
-    def latest_snapshot(
+    def snapshots(
         self,
         tx: Tx,
         segments: Sequence[Segment],
-        reducer_version: int,
+        *,
+        usable_by: int | None = None,
         baselines: Sequence[tuple[int, int]] = (),
-    ) -> SnapshotRow | None:
+    ) -> list[SnapshotRow]:
+        if usable_by is None:
+            out: list[SnapshotRow] = []
+            for s in segments:
+                rows = self._fetchall(
+                    tx, self._q_snapshots, {"pk": s.session_pk, "after": s.after, "upto": s.upto}
+                )
+                out += [_snapshot(r) for r in rows]
+            return out
         if not segments and not baselines:
-            return None
-        params: dict[str, Any] = {"rv": reducer_version}
+            return []
+        params: dict[str, Any] = {"rv": usable_by}
         for i, s in enumerate(segments):
             params[f"spk{i}"], params[f"sa{i}"], params[f"su{i}"] = s.session_pk, s.after, s.upto
         for i, (pk, v) in enumerate(baselines):
             params[f"bpk{i}"], params[f"bv{i}"] = pk, v
         r = self._fetchone(tx, self._latest_query(len(segments), len(baselines)), params)
-        return None if r is None else _snapshot(r)
-
-    def list_snapshots(
-        self, tx: Tx, session_pk: int, *, after: int, upto: int
-    ) -> list[SnapshotRow]:
-        rows = self._fetchall(
-            tx, self._q_snapshots, {"pk": session_pk, "after": after, "upto": upto}
-        )
-        return [_snapshot(r) for r in rows]
+        return [] if r is None else [_snapshot(r)]
 
     def put_snapshot(self, tx: Tx, snap: SnapshotRow, blobs: Mapping[bytes, bytes]) -> None:
         if blobs:
@@ -105,29 +106,6 @@ class Snapshots(SqlTransactions):
                 "message_digests": snap.message_digests,
             },
         ).close()
-
-    def _blobs_query(self, n: int) -> Compiled:
-        q = self._q_blobs.get(n)
-        if q is None:
-            stmt = select(snapshot_blobs.c.digest, snapshot_blobs.c.body).where(
-                snapshot_blobs.c.digest.in_([_P(f"d{i}") for i in range(n)])
-            )
-            q = self._q_blobs[n] = Compiled(stmt, self.engine.dialect)
-        return q
-
-    def get_blobs(self, tx: Tx, digests: Sequence[bytes]) -> dict[bytes, bytes]:
-        out: dict[bytes, bytes] = {}
-        unique = list(dict.fromkeys(digests))
-        for chunk in self.iter_chunks(unique, CHUNK):
-            # Pad to a power of two so that only a handful of statement shapes exist.
-            n = 1 << max(0, len(chunk) - 1).bit_length()
-            padded = list(chunk) + [chunk[0]] * (n - len(chunk))
-            rows = self._fetchall(
-                tx, self._blobs_query(n), {f"d{i}": d for i, d in enumerate(padded)}
-            )
-            for d, b in rows:
-                out[bytes(d)] = bytes(b)
-        return out
 
     def ordered_bodies(self, tx: Tx, message_digests: bytes) -> list[bytes | None]:
         n = len(message_digests) // DIGEST_SIZE
@@ -155,7 +133,10 @@ class Snapshots(SqlTransactions):
             bodies: tuple[bytes, ...] = ()
             n_digests = n_found = 0
             baselines = [(row.pk, row.baseline)] if 0 < row.baseline <= v else []
-            snap = self.latest_snapshot(tx, [Segment(row.pk, 0, v)], reducer_version, baselines)
+            found = self.snapshots(
+                tx, [Segment(row.pk, 0, v)], usable_by=reducer_version, baselines=baselines
+            )
+            snap = found[0] if found else None
             if snap is not None:
                 base, rest = snap.version, snap.rest
                 ordered = self.ordered_bodies(tx, snap.message_digests)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -26,6 +26,7 @@ from eventstore.storage.catalogue import CATALOGUE_VALUES
 from eventstore.storage.schema import EVENT_COLUMNS, events, sessions, snapshot_blobs, snapshots
 
 __all__ = [
+    "chunks",
     "Compiled",
     "insert_events_stmt",
     "read_feed_stmt",
@@ -40,6 +41,14 @@ CHUNK = 500
 EVENT_KEYS = tuple(c.name for c in EVENT_COLUMNS)  # EventRow's field order
 SESSION_COLS = tuple(sessions.c)
 SNAPSHOT_COLS = tuple(snapshots.c)
+#: A version above every version a session can have (versions are int4).
+MAX_VERSION = 2**31 - 1
+
+
+def chunks(seq: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    """Split a long parameter list (SQLite caps bound parameters per statement)."""
+    for i in range(0, len(seq), size):
+        yield seq[i : i + size]
 
 
 class Compiled:
@@ -129,7 +138,7 @@ def read_band_stmt(barrier: Any) -> Any:
     memory. The barrier is the one row the events are left-joined to, so an empty band
     still returns it (one row of NULL events, sorted last). Session ids are not joined:
     every page would hash and sort them again (the storage keeps them, see
-    :meth:`SqlStorage.read_band`).
+    :meth:`SqlStorage.read_feed`).
     """
     # Materialized, and the band's top computed there: inlined, the barrier's expression
     # would be evaluated again for every row the bitmap scan rechecks.

@@ -108,7 +108,6 @@ class SqlTransactions(Sealing, Storage):
         )
         self._q_upsert_snapshot = Compiled(self._upsert_snapshot(), d)
         self._q_latest: dict[tuple[int, int], Compiled] = {}
-        self._q_blobs: dict[int, Compiled] = {}
         self._q_ordered_blobs = Compiled(ordered_blobs_stmt(), d)
         self._sealed_queries()
 
@@ -157,7 +156,7 @@ class SqlTransactions(Sealing, Storage):
         raise NotImplementedError
 
     def _feed_barrier(self) -> Any:
-        """A banded feed's barrier, as a SQL expression (see :meth:`read_band`)."""
+        """A banded feed's barrier, as a SQL expression (see :meth:`read_feed`)."""
         raise NotImplementedError
 
     def _probe(self) -> Probe:
@@ -197,6 +196,13 @@ class SqlTransactions(Sealing, Storage):
     def _migration_options(self, conn: Connection) -> dict[str, Any]:
         """Options of :func:`~eventstore.storage.migrate.upgrade` (PostgreSQL: partitions)."""
         return {}
+
+    def _session_by_pk(self, tx: Tx, pk: int) -> SessionRow:
+        """The session row with this key, which must exist (a key read from another row)."""
+        row = self.session(tx, pk=pk)
+        if row is None:
+            raise StorageError(f"session row {pk} vanished; run `eventstore verify`")
+        return row
 
     # -- the one error mapper -----------------------------------------------------------
 
