@@ -26,6 +26,7 @@ from conftest import await_until, make_store, wait_until
 from eventstore import AsyncEventStore, EventStore, fold, generate_keypair
 from eventstore.errors import SegmentCorrupt
 from eventstore.samples import chat_session
+from eventstore.storage import open_storage
 
 TURNS = 4
 
@@ -118,6 +119,25 @@ def test_every_read_is_the_same_after_sealing(db_url: str) -> None:
         assert again.version == 9 and store.head("a") == len(a)
     with make_store(db_url, seal=False) as fresh:  # a new process reads the same
         assert _everything(fresh, ["a", "b", fork]) == before
+
+
+def test_a_read_transaction_sees_one_snapshot_while_turns_are_sealed(db_url: str) -> None:
+    # verify and export read a session in several statements (rows, segments, sealed
+    # ids): a seal committing between two of them must be seen whole or not at all.
+    with make_store(db_url, seal=False) as store:
+        _write(store, "a", chat_session(TURNS, seed=1))
+    storage = open_storage(db_url)
+    count = text("SELECT count(*) FROM events")
+    try:
+        with storage.read() as tx:
+            before = tx.execute(count).scalar()
+            with make_store(db_url, seal=False) as sealer:
+                assert sealer.seal() > 0
+            assert tx.execute(count).scalar() == before
+        with storage.read() as tx:
+            assert tx.execute(count).scalar() < before
+    finally:
+        storage.close()
 
 
 def test_the_head_load_and_checkouts_fold_the_same_events(db_url: str) -> None:

@@ -298,8 +298,14 @@ class SqlTransactions(Sealing, Storage):
 
     @contextmanager
     def read(self) -> Iterator[Tx]:
-        with self._errors(), self.engine.connect() as conn, conn.begin():
-            yield conn
+        with self._errors(), self.engine.connect() as conn:
+            if self.dialect == "postgresql":
+                # One snapshot for every statement of the read (read committed takes one
+                # per statement): a seal, compaction or erasure that commits between two
+                # of them is then seen whole or not at all, as on SQLite.
+                conn.execution_options(isolation_level="REPEATABLE READ")
+            with conn.begin():
+                yield conn
 
     @contextmanager
     def write(self, *, session: str | None = None, expected: int | None = None) -> Iterator[Tx]:
