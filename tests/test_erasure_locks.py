@@ -34,7 +34,7 @@ def test_an_erasure_waits_for_a_sealer_holding_the_session_instead_of_deadlockin
     storage = open_storage(pg_schema)
     try:
         with storage.read() as tx:
-            row = storage.get_session(tx, "s1")
+            row = storage.session(tx, id="s1")
         assert row is not None
         outcome: dict[str, Any] = {}
 
@@ -55,7 +55,7 @@ def test_an_erasure_waits_for_a_sealer_holding_the_session_instead_of_deadlockin
             try:
                 # What the sealer does: hold the session's row, then delete its events.
                 with storage.write() as holder:
-                    assert storage.lock_for_seal(holder, row.pk, wait=True) is not None
+                    assert storage.session(holder, pk=row.pk, lock=True) is not None
                     eraser = threading.Thread(target=erase)
                     eraser.start()
                     wait_until(erasure_waits, "the erasure to wait for the session's row")
