@@ -12,6 +12,7 @@ import json
 import locale
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -31,9 +32,9 @@ class _Server:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.proc: subprocess.Popen[bytes] | None = None
-        self.dir = Path(tempfile.mkdtemp(prefix="eventstore-cli-"))
 
     def _start(self) -> subprocess.Popen[bytes]:
+        self.dir = Path(tempfile.mkdtemp(prefix="eventstore-cli-"))
         requests_r, self.requests = os.pipe()
         self.replies, replies_w = os.pipe()
         env = {k: v for k, v in os.environ.items() if k != "EVENTSTORE_URL"}
@@ -55,6 +56,7 @@ class _Server:
             os.close(self.replies)
             self.proc.wait(timeout=30)
             self.proc = None
+            shutil.rmtree(self.dir, ignore_errors=True)
 
     def _reply(self, deadline: float | None) -> dict[str, Any]:
         while b"\n" not in self.pending:
