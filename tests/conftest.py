@@ -81,8 +81,8 @@ SERIAL_MODULES = {"test_replicas", "test_restart", "test_crash", "test_follow_fe
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark ``serial`` (scripts/run-tests runs them alone, after the parallel phase) every
-    test of the streaming replica and of :data:`SERIAL_MODULES`, and keep the replica's in
-    :data:`REPLICA_GROUP` for a run with ``--dist loadgroup``."""
+    test of the streaming replica and of :data:`SERIAL_MODULES`, keep the replica's in
+    :data:`REPLICA_GROUP` for a run with ``--dist loadgroup``, and put ``slow`` tests first."""
     for item in items:
         module = getattr(item, "module", None)
         name = module.__name__ if module is not None else ""
@@ -91,6 +91,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(REPLICA_GROUP))
         if replica or name in SERIAL_MODULES:
             item.add_marker(pytest.mark.serial)
+    # pytest-xdist hands tests out in this order: the slow ones (the Agents SDK's own
+    # tests, multi-process writers, a package install) start first rather than leave one
+    # worker busy alone at the end. The sort is stable: the rest keep their order.
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 #: The two forms of the store a module marked ``twins`` runs against.

@@ -1,11 +1,14 @@
-"""The CLI as a new user meets it, through the real program: ids with '@', database URL
-mistakes, no stray database files, JSON errors, refs, help, and strict input JSON."""
+"""The CLI as a new user meets it, through the program in a process of its own: ids with
+'@', database URL mistakes, no stray database files, JSON errors, refs, help, and strict
+input JSON."""
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
+import cli_helpers
 import pytest
 from cli_helpers import json_error, one_error_line, run_cli
 
@@ -27,6 +30,9 @@ def test_a_ref_splits_at_the_last_at_only_before_digits() -> None:
 
 
 def test_session_ids_with_at_work_for_every_command(db_url: str, tmp_path: Path) -> None:
+    # Every command family through the real console script (the other tests fork a warm
+    # copy of the program: tests/cli_helpers.py).
+    run_cli = functools.partial(cli_helpers.run_cli, real=True)
     ada = "ada@example.com"
     run_cli("migrate", db=db_url)
     run_cli("append", ada, "-", db=db_url, input=json.dumps(demo_conversation()[:25]))

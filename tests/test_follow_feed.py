@@ -37,6 +37,7 @@ import psycopg
 import pytest
 from sqlalchemy import Engine, create_engine, text
 
+from cli_helpers import run_cli
 from conftest import await_until, make_store, wait_until
 from eventstore import AsyncEventStore, EventStore, Follower, InvalidEvent, RecordedEvent, SessionNotFound, VersionNotFound
 from eventstore.errors import StorageError
@@ -581,9 +582,9 @@ EXE = str(Path(sys.executable).parent / "eventstore")
 
 
 def _cli(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [EXE, "--db", db_url, *args], capture_output=True, text=True, timeout=SAFETY, stdin=subprocess.DEVNULL
-    )
+    # A run to its end: forked from the warm program (cli_helpers); the following runs
+    # below, signalled and read line by line, start the real console script.
+    return run_cli(*args, db=db_url, code=None)
 
 
 def _started(db_url: str, *args: str) -> subprocess.Popen[str]:

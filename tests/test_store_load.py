@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import random
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -101,10 +103,10 @@ def test_snapshots_of_any_format_load_alike(db_url: str, fmt: tuple[int, int, bo
     for i in range(0, half, 30):
         writer.append("s", actions[i : min(half, i + 30)])
     writer.close()
-    with EventStore(db_url, snapshot_every=7) as reader:
+    with EventStore(db_url, snapshot_every=7) as reader, _general_path(db_url) as general:
         for v in range(0, half + 1, 11):
             assert reader.load("s", version=v).to_json() == fold_json(None, actions[:v]), v
-            assert _general(db_url, "s", v) == fold_json(None, actions[:v]), v
+            assert general("s", v) == fold_json(None, actions[:v]), v
         # Today's writer goes on after snapshots of the older format.
         for i in range(half, len(actions), 30):
             reader.append("s", actions[i : i + 30])
@@ -113,13 +115,19 @@ def test_snapshots_of_any_format_load_alike(db_url: str, fmt: tuple[int, int, bo
         assert reader.verify("s").ok
 
 
-def _general(db_url: str, session: str, version: int) -> dict[str, Any]:
-    """The state through the engine's general path (lineage, snapshot, tail), never the
-    one-statement read."""
+@contextmanager
+def _general_path(db_url: str) -> Iterator[Callable[[str, int], dict[str, Any]]]:
+    """``state(session, version)`` through the engine's general path (lineage, snapshot,
+    tail), never the one-statement read: on an engine of its own, apart from the store
+    under test, opened once per test (opening one compiles every statement again)."""
     engine = store_mod.Engine(db_url)
-    try:
+
+    def state(session: str, version: int) -> dict[str, Any]:
         with engine.storage.read() as tx:
             return engine.state_at(tx, engine.row(tx, session), version)
+
+    try:
+        yield state
     finally:
         engine.close()
 
@@ -130,10 +138,11 @@ def test_every_version_matches_the_fold_and_the_general_path(db_url: str, every:
     with make_store(db_url, snapshot_every=every) as store:
         store.append("s", actions[:25])
         store.append("s", actions[25:])
-        for v in range(61):
-            got = store.load("s", version=v).to_json()
-            assert got == fold_json(None, actions[:v]), v
-            assert got == _general(db_url, "s", v), v
+        with _general_path(db_url) as general:
+            for v in range(61):
+                got = store.load("s", version=v).to_json()
+                assert got == fold_json(None, actions[:v]), v
+                assert got == general("s", v), v
         assert store.load("s").to_json() == fold_json(None, actions)
 
 
