@@ -47,16 +47,17 @@ HERE = Path(__file__).resolve().parent
 SECTION = "## Before and after the layout redesign"
 OUT = HERE / "out" / "sidebyside"
 
-#: Each benchmark's options for one pass of all four in about 8 minutes for both trees on
-#: the shared 2-core machine, and what keeps it from writing RESULTS.md or the figures.
+#: Each benchmark's options: short runs (one pass of all four for both trees takes about 9
+#: minutes on the shared 2-core machine at a load average of 5, 15 at 15), and what keeps
+#: each from writing RESULTS.md or the figures.
 #: ``{json}`` is where compare writes its JSON; the others write ``benchmarks/out/NAME.json``.
 OPTIONS: dict[str, list[str]] = {
     "store": ["--quick", "--no-record"],
-    "streaming": ["--seconds", "2", "--writers", "1,16", "--kill-seconds", "2", "--no-record"],
+    "streaming": ["--seconds", "1.5", "--writers", "1,16", "--kill-seconds", "1", "--no-record"],
     "feed": ["--quick", "--no-record"],
     "compare": [
-        "--quick", "--targets", "raw,es-pg,es-sqlite", "--json", "{json}", "--results", "",
-        "--figures", "",
+        "--quick", "--targets", "raw,es-pg,es-sqlite", "--turns", "50", "--writers", "4",
+        "--cell-seconds", "1.5", "--json", "{json}", "--results", "", "--figures", "",
     ],
 }
 BENCHES = tuple(OPTIONS)
@@ -330,7 +331,7 @@ def render(data: dict[str, Any], level: int = 3, title: str | None = None) -> st
         f"Before: `{tb['commit']}` ({tb['subject']}); after: `{ta['commit']}` ({ta['subject']})"
         + (" with uncommitted changes" if ta["dirty"] else "") + ". "
         f"{data['date']}, {data['machine']}. Command: `{data['command']}` "
-        f"({data['passes']} pass{'es' if data['passes'] > 1 else ''}, {data['wall_s'] / 60:.1f} min). "
+        f"({data['passes']} pass{'es' if data['passes'] > 1 else ''}, {data.get('wall_s', 0) / 60:.1f} min). "
         f"Load average (1 min) {data['load_before']:.1f} at the start, {min(loads):.1f}–{max(loads):.1f} "
         "during the runs: the machine was busy with other engineers' work (tests, benchmarks) "
         "throughout.",
@@ -343,6 +344,9 @@ def render(data: dict[str, Any], level: int = 3, title: str | None = None) -> st
     ]
     for bench in data["benches"]:
         recs = [r for r in data["runs"] if r["bench"] == bench]
+        if not recs:
+            lines += ["", f"{h}# {bench}", "", "Not run yet in this run (it was cut short)."]
+            continue
         took = ", ".join(
             f"{r['side']} {r['seconds']:.0f} s" + ("" if "result" in r else f" FAILED ({r['error']})")
             for r in recs
@@ -374,8 +378,11 @@ def render(data: dict[str, Any], level: int = 3, title: str | None = None) -> st
 # -- the run --------------------------------------------------------------------------------
 
 
-def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
-    """Every pass: per benchmark, both trees, who goes first alternating; the runs' records."""
+def run(
+    args: argparse.Namespace, argv: Sequence[str], progress: Callable[[dict[str, Any]], None]
+) -> dict[str, Any]:
+    """Every pass: per benchmark, both trees, who goes first alternating; the runs' records.
+    ``progress`` is called with the data so far after each benchmark's pair of runs."""
     trees = {"before": resolve_tree(args.before, args.trees), "after": resolve_tree(args.after, args.trees)}
     stamp = dt.datetime.now(dt.timezone.utc)
     out = args.out / stamp.strftime("%Y%m%dT%H%M%SZ")
@@ -405,7 +412,9 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
                       f"{rec['load_start']:.1f}→{rec['load_end']:.1f}"
                       + (f", {rec['error']}" if "error" in rec else ""), flush=True)
                 data["runs"].append(rec)
-                (out / "sidebyside.json").write_text(json.dumps(data, indent=1))
+            data["wall_s"] = time.perf_counter() - t0
+            (out / "sidebyside.json").write_text(json.dumps(data, indent=1))
+            progress(data)
     data["wall_s"] = time.perf_counter() - t0
     (out / "sidebyside.json").write_text(json.dumps(data, indent=1))
     print(f"[sidebyside] {out / 'sidebyside.json'}", flush=True)
@@ -452,14 +461,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = set(args.only) - set(BENCHES)
     if unknown:
         p.error(f"unknown benchmark(s) {', '.join(sorted(unknown))}; choose from {', '.join(BENCHES)}")
+    earlier = [json.loads(f.read_text()) for f in args.from_json or []]
+
+    def record(data: dict[str, Any] | None) -> None:
+        # Recorded after every benchmark, so a run cut short still leaves its finished tables.
+        if not args.no_record:
+            record_section(args.results, SECTION, section(([data] if data else []) + earlier))
+
     if args.from_json:
-        runs = [json.loads(f.read_text()) for f in args.from_json]
+        runs = earlier
+        record(None)
     else:
-        runs = [run(args, argv)]
-    text = section(runs)
-    print(text)
-    if not args.no_record:
-        record_section(args.results, SECTION, text)
+        runs = [run(args, argv, record)] + earlier
+    print(section(runs))
     failed = [r for d in runs[:1] for r in d["runs"] if "error" in r]
     return 1 if failed else 0
 
