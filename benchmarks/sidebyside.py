@@ -64,6 +64,26 @@ BENCHES = tuple(OPTIONS)
 
 HIGHER, LOWER, INFO = "higher", "lower", "info"
 
+#: ``--unsealed``: run ``python -m benchmarks`` with every engine made with ``seal=False``
+#: (where the tree's Engine takes ``seal``; a no-op elsewhere), to tell what sealed segments
+#: cost from what the rest of the change does.
+UNSEALED = """
+import importlib, inspect, runpy, sys
+for name in ("eventstore.engine.engine", "eventstore.engine"):
+    try:
+        Engine = importlib.import_module(name).Engine
+        break
+    except (ImportError, AttributeError):
+        continue
+init = Engine.__init__
+if "seal" in inspect.signature(init).parameters:
+    def unsealed(self, *args, **kwargs):
+        kwargs["seal"] = False
+        init(self, *args, **kwargs)
+    Engine.__init__ = unsealed
+runpy.run_module("benchmarks", run_name="__main__", alter_sys=True)
+"""
+
 #: One figure of one run: (label, value, which way is better).
 Figure = tuple[str, float | None, str]
 
@@ -101,11 +121,15 @@ def resolve_tree(spec: str, trees: Path) -> Path:
 
 def describe(tree: Path) -> dict[str, Any]:
     """Commit, subject and whether the library differs from the commit (uncommitted changes)."""
-    dirty = _git("status", "--porcelain", "--", "eventstore", "migrations", cwd=tree)
+    library = ("eventstore", "migrations", "pyproject.toml")
+    dirty = _git("status", "--porcelain", "--", *library, cwd=tree)
     return {
         "path": str(tree),
         "commit": _git("rev-parse", "--short", "HEAD", cwd=tree),
-        "subject": _git("log", "-1", "--format=%s", cwd=tree),
+        # The newest commit that changed the library: a branch of benchmark commits on top
+        # of a revision runs that revision's library.
+        "library": _git("log", "-1", "--format=%h", "--", *library, cwd=tree),
+        "subject": _git("log", "-1", "--format=%s", "--", *library, cwd=tree),
         "dirty": bool(dirty),
     }
 
@@ -122,7 +146,9 @@ def _env() -> dict[str, str]:
     return env
 
 
-def run_one(tree: Path, bench: str, side: str, n: int, out: Path, timeout: float) -> dict[str, Any]:
+def run_one(
+    tree: Path, bench: str, side: str, n: int, out: Path, timeout: float, unsealed: bool = False
+) -> dict[str, Any]:
     """``python -m benchmarks BENCH`` in ``tree`` under its own scripts/with-postgres: the
     record of pass ``n`` of ``side``, with the benchmark's JSON as ``result`` if it succeeded."""
     tag = f"p{n}-{side}"
@@ -132,7 +158,7 @@ def run_one(tree: Path, bench: str, side: str, n: int, out: Path, timeout: float
         default_json.unlink()  # never read a stale result
     opts = [o.replace("{json}", str(json_path)) for o in OPTIONS[bench]]
     cmd = [str(tree / "scripts" / "with-postgres"), str(tree / ".venv" / "bin" / "python"),
-           "-m", "benchmarks", bench, *opts]
+           *(["-c", UNSEALED] if unsealed else ["-m", "benchmarks"]), bench, *opts]
     load0 = os.getloadavg()
     t0 = time.perf_counter()
     with (out / f"{tag}-{bench}.log").open("w") as log:
@@ -146,7 +172,7 @@ def run_one(tree: Path, bench: str, side: str, n: int, out: Path, timeout: float
         "bench": bench,
         "side": side,
         "pass": n,
-        "command": " ".join(cmd[1:]).replace(str(tree) + "/", ""),
+        "command": " ".join(cmd[1:]).replace(str(tree) + "/", "").replace(UNSEALED, "UNSEALED"),
         "seconds": time.perf_counter() - t0,
         "load_start": load0[0],
         "load_end": os.getloadavg()[0],
@@ -325,16 +351,23 @@ def render(data: dict[str, Any], level: int = 3, title: str | None = None) -> st
     h = "#" * level
     tb, ta = data["trees"]["before"], data["trees"]["after"]
     loads = [x for r in data["runs"] for x in (r["load_start"], r["load_end"])]
+
+    def tree(t: dict[str, Any]) -> str:
+        lib = t.get("library", t["commit"])
+        where = f"`{t['commit']}`" if lib == t["commit"] else f"`{t['commit']}`, library as of `{lib}`"
+        return f"{where} ({t['subject']}{', with uncommitted changes' if t['dirty'] else ''})"
+
     lines = [
         f"{h} {title or 'Run of ' + data['date']}",
         "",
-        f"Before: `{tb['commit']}` ({tb['subject']}); after: `{ta['commit']}` ({ta['subject']})"
-        + (" with uncommitted changes" if ta["dirty"] else "") + ". "
+        f"Before: {tree(tb)}; after: {tree(ta)}. "
         f"{data['date']}, {data['machine']}. Command: `{data['command']}` "
         f"({data['passes']} pass{'es' if data['passes'] > 1 else ''}, {data.get('wall_s', 0) / 60:.1f} min). "
         f"Load average (1 min) {data['load_before']:.1f} at the start, {min(loads):.1f}–{max(loads):.1f} "
         "during the runs: the machine was busy with other engineers' work (tests, benchmarks) "
-        "throughout.",
+        "throughout."
+        + (" Every engine of both trees made with `seal=False` (`--unsealed`): sealed segments "
+           "left out." if data.get("unsealed") else ""),
         "",
         f"Every figure is a ratio against the raw baseline measured in the same run; before and after are "
         "medians over the passes (each pass's values in brackets when there are several); "
@@ -396,6 +429,7 @@ def run(
         "benches": args.only,
         "passes": args.passes,
         "noise": args.noise,
+        "unsealed": args.unsealed,
         "load_before": os.getloadavg()[0],
         "runs": [],
         "dir": str(out),
@@ -407,7 +441,7 @@ def run(
             order = ("before", "after") if turn % 2 == 0 else ("after", "before")
             turn += 1
             for side in order:
-                rec = run_one(trees[side], bench, side, n, out, args.timeout)
+                rec = run_one(trees[side], bench, side, n, out, args.timeout, args.unsealed)
                 print(f"[sidebyside] pass {n} {bench} {side}: {rec['seconds']:.0f} s, load "
                       f"{rec['load_start']:.1f}→{rec['load_end']:.1f}"
                       + (f", {rec['error']}" if "error" in rec else ""), flush=True)
@@ -448,6 +482,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--passes", type=int, default=1, help="passes over the benchmarks (figures: median)")
     p.add_argument("--noise", type=float, default=0.25,
                    help="a ratio that moved the bad way by more than this fraction is marked slower")
+    p.add_argument("--unsealed", action="store_true",
+                   help="make every engine with seal=False where the tree has sealed segments")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds before one run is given up")
     p.add_argument("--trees", type=Path, default=HERE / "out" / "trees",
                    help="where worktrees of revisions are made")
