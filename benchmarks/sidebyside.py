@@ -4,7 +4,9 @@ Run it from this checkout's virtualenv (it needs no PostgreSQL itself)::
 
     .venv/bin/python -m benchmarks sidebyside --before 3bcf4b1 --after HEAD
     ... --only store,feed --passes 2 --no-record --noise 0.25
-    ... --from-json benchmarks/out/sidebyside/LATEST.json [EARLIER.json ...]   # render only
+    ... --earlier benchmarks/out/sidebyside/STAMP/sidebyside.json   # an earlier run below
+    ... --notes NOTES.md       # what the runs showed, above the tables
+    ... --from-json LATEST.json [EARLIER.json ...]    # render saved runs only
 
 ``--before`` and ``--after`` each name a revision or a directory holding a checkout. A
 revision that is this checkout's HEAD runs here; any other gets a detached git worktree of
@@ -455,8 +457,9 @@ def run(
     return data
 
 
-def section(runs: Sequence[dict[str, Any]]) -> str:
-    """The RESULTS.md section: the newest run first, any earlier ones below it, labelled."""
+def section(runs: Sequence[dict[str, Any]], notes: str = "") -> str:
+    """The RESULTS.md section: ``notes`` (what the runs showed), the newest run, then any
+    earlier ones below it, labelled."""
     text = [
         SECTION,
         "",
@@ -465,10 +468,15 @@ def section(runs: Sequence[dict[str, Any]]) -> str:
         "(`benchmarks/sidebyside.py`: each tree's own benchmark code and virtualenv, each run under "
         "its tree's own `scripts/with-postgres`, before and after alternating).",
         "",
-        render(runs[0], 3, f"Latest run ({runs[0]['date']})"),
     ]
-    for data in runs[1:]:
-        text.append(render(data, 3, f"Earlier run ({data['date']}, after = `{data['trees']['after']['commit']}`)"))
+    if notes:
+        text += [notes.strip(), ""]
+    for i, data in enumerate(runs):
+        after = data["trees"]["after"]
+        label = "Latest run" if i == 0 else "Earlier run"
+        if data.get("unsealed"):
+            label += ", unsealed (`--unsealed`)"
+        text.append(render(data, 3, f"{label}: {data['date']}, after = `{after.get('library', after['commit'])}`"))
     return "\n".join(text)
 
 
@@ -490,26 +498,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=OUT, help="where each run's logs and JSON go")
     p.add_argument("--results", type=Path, default=HERE / "RESULTS.md")
     p.add_argument("--no-record", action="store_true", help="do not rewrite RESULTS.md")
+    p.add_argument("--notes", type=Path, default=None,
+                   help="markdown put above the tables (what the runs showed)")
     p.add_argument("--from-json", nargs="+", type=Path, default=None,
                    help="render saved runs (sidebyside.json), newest first, instead of running")
+    p.add_argument("--earlier", nargs="+", type=Path, default=[],
+                   help="saved runs to show below this run's tables, labelled earlier")
     args = p.parse_args(argv)
     args.only = [b for b in args.only.split(",") if b]
     unknown = set(args.only) - set(BENCHES)
     if unknown:
         p.error(f"unknown benchmark(s) {', '.join(sorted(unknown))}; choose from {', '.join(BENCHES)}")
-    earlier = [json.loads(f.read_text()) for f in args.from_json or []]
+    earlier = [json.loads(f.read_text()) for f in [*(args.from_json or []), *args.earlier]]
+    notes = args.notes.read_text() if args.notes else ""
 
     def record(data: dict[str, Any] | None) -> None:
         # Recorded after every benchmark, so a run cut short still leaves its finished tables.
         if not args.no_record:
-            record_section(args.results, SECTION, section(([data] if data else []) + earlier))
+            record_section(args.results, SECTION, section(([data] if data else []) + earlier, notes))
 
     if args.from_json:
         runs = earlier
         record(None)
     else:
         runs = [run(args, argv, record)] + earlier
-    print(section(runs))
+    print(section(runs, notes))
     failed = [r for d in runs[:1] for r in d["runs"] if "error" in r]
     return 1 if failed else 0
 
