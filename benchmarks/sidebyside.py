@@ -457,6 +457,34 @@ def run(
     return data
 
 
+def repeats(runs: Sequence[dict[str, Any]]) -> str:
+    """A table of every figure marked slower in any run, with its after ÷ before in each: a
+    figure slower in one run only is the machine's noise; slower in every run, a finding."""
+    heads = [
+        f"{d['date'][11:16]}{' unsealed' if d.get('unsealed') else ''} (`{d['trees']['after'].get('library', '?')}`)"
+        for d in runs
+    ]
+    per_run = [{(b, r["figure"]): r for b in d["benches"] for r in rows(d, b)} for d in runs]
+    flagged = [k for k in dict.fromkeys(k for table in per_run for k in table)
+               if any(t.get(k, {}).get("verdict") == "**slower**" for t in per_run)]
+    lines = [
+        "Every figure marked slower in any of the runs below, with its after ÷ before in each "
+        "(newest first; – where a run did not measure it; * marks slower):",
+        "",
+        "| benchmark | figure | better | " + " | ".join(heads) + " |",
+        "|---|---|---|" + "--:|" * len(heads),
+    ]
+    for bench, figure in flagged:
+        cells = []
+        for table in per_run:
+            r = table.get((bench, figure))
+            cells.append("–" if r is None or r["ratio"] is None else
+                         f"{r['ratio']:.2f}{'*' if r['verdict'] == '**slower**' else ''}")
+        better = next(t[(bench, figure)]["better"] for t in per_run if (bench, figure) in t)
+        lines.append(f"| {bench} | {figure} | {better} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def section(runs: Sequence[dict[str, Any]], notes: str = "") -> str:
     """The RESULTS.md section: ``notes`` (what the runs showed), the newest run, then any
     earlier ones below it, labelled."""
@@ -471,6 +499,8 @@ def section(runs: Sequence[dict[str, Any]], notes: str = "") -> str:
     ]
     if notes:
         text += [notes.strip(), ""]
+    if len(runs) > 1:
+        text += [repeats(runs), ""]
     for i, data in enumerate(runs):
         after = data["trees"]["after"]
         label = "Latest run" if i == 0 else "Earlier run"
