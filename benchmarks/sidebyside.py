@@ -115,9 +115,9 @@ def resolve_tree(spec: str, trees: Path) -> Path:
                 _git("worktree", "add", "--detach", str(tree), sha)
     if not (tree / "scripts" / "with-postgres").exists():
         raise SystemExit(f"{tree}: no scripts/with-postgres; not a checkout of this project")
-    if not (tree / ".venv" / ".installed-stamp").exists():
-        print(f"[sidebyside] make install in {tree}", flush=True)
-        subprocess.run(["make", "install"], cwd=tree, check=True)
+    # Every time: make reinstalls only when pyproject.toml is newer than the venv's stamp
+    # (a revision that adds a dependency).
+    subprocess.run(["make", "install"], cwd=tree, check=True, stdout=subprocess.DEVNULL)
     return tree
 
 
