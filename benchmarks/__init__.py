@@ -8,7 +8,7 @@ Run one with ``python -m benchmarks NAME [args]`` or all of them with
 
 from __future__ import annotations
 
-__all__ = ["BENCHMARKS", "ALIASES"]
+__all__ = ["BENCHMARKS", "ALIASES", "TOOLS"]
 
 BENCHMARKS: list[str] = [
     # Add your module here (``benchmarks/<name>.py`` with ``main(argv)``) to run it in ``all``.
@@ -34,6 +34,11 @@ BENCHMARKS: list[str] = [
     "growth",  # N sessions of T turns with sealing on: bytes, appends, loads, sealing lag per checkpoint
 ]
 """Benchmark modules run, in this order, by ``python -m benchmarks all``."""
+
+TOOLS: list[str] = [
+    "sidebyside",  # store, streaming, feed and compare of two revisions, alternating, side by side
+]
+"""Modules run by name only, never by ``all``: they run other benchmarks themselves."""
 
 ALIASES: dict[str, str] = {"async": "async_store"}
 """Short names accepted by ``python -m benchmarks`` (``async`` is a keyword, not a module name)."""

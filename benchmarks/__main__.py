@@ -6,13 +6,13 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from benchmarks import ALIASES, BENCHMARKS
+from benchmarks import ALIASES, BENCHMARKS, TOOLS
 
 __all__ = ["main"]
 
 USAGE = (
     "usage: python -m benchmarks NAME [args...]   (NAME: all, "
-    + ", ".join(BENCHMARKS)
+    + ", ".join(BENCHMARKS + TOOLS)
     + ")\n       python -m benchmarks NAME --help   for a benchmark's options"
 )
 
@@ -37,7 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"\n### python -m benchmarks {each} {' '.join(rest)}".rstrip(), flush=True)
             worst = max(worst, _run(each, rest))
         return worst
-    if name not in BENCHMARKS:
+    if name not in BENCHMARKS + TOOLS:
         print(f"unknown benchmark {name!r}\n{USAGE}", file=sys.stderr)
         return 2
     return _run(name, rest)
