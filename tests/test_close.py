@@ -7,6 +7,7 @@ holds).
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import uuid
 from collections.abc import Iterator
@@ -14,9 +15,9 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from conftest import _psycopg_dsn, make_store, pg_admin_url, wait_until
+from conftest import _psycopg_dsn, await_until, make_store, pg_admin_url, wait_until
 
-from eventstore import EventStore
+from eventstore import AsyncEventStore, EventStore
 
 
 def _send(store: EventStore, session: str, text: str) -> int:
@@ -90,12 +91,13 @@ def _lock_and_wait_for_a_read(admin: Any, app: str) -> None:
         with psycopg.connect(_psycopg_dsn(pg_admin_url()), autocommit=True) as probe:
             row = probe.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
-                " AND wait_event_type = 'Lock' AND query NOT LIKE '%%brin_summarize_range%%'",
+                " AND wait_event_type = 'Lock' AND query NOT LIKE '%%eventstore summarize%%'",
                 (app,),
             ).fetchone()
         return bool(row and row[0])
 
     wait_until(blocked, "a read waiting for the lock")
+
 
 
 def _statements_running(app: str) -> int:
@@ -147,3 +149,56 @@ def test_close_ends_an_abandoned_explorer_stream(db_url: str, monkeypatch: pytes
             # The page is gone; its follower's next safety-poll read is held by the lock.
             _lock_and_wait_for_a_read(admin, app)
         _close_must_wait(store, admin, app)
+
+
+def test_async_close_ends_a_follower_waiting_for_events(db_url: str) -> None:
+    """The async twin: a follower iterated by another task ends with ``close()``."""
+
+    async def scenario() -> None:
+        store = AsyncEventStore(db_url)
+        await store.migrate()
+        head = (await store.append("s", [{"type": "send", "id": "u-1", "text": "one"}])).version
+        got: list[Any] = []
+
+        async def consume() -> None:
+            async for ev in store.follow("s", after=head - 1):
+                got.append(ev)
+
+        task = asyncio.create_task(consume())
+        await await_until(lambda: got, "the follower's first event")
+        await store.close()
+        # Before: the follower read on over a fresh pool, forever (no idle timeout).
+        await asyncio.wait_for(task, 10)
+        assert [e.version for e in got] == [head]
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_async_close_waits_for_a_followers_statement(db_url: str) -> None:
+    """The async twin: a follower's read running when close() is called is over when it returns."""
+
+    async def scenario() -> None:
+        app = f"close-{uuid.uuid4().hex[:12]}"
+        store = AsyncEventStore(f"{db_url}&application_name={app}")
+        await store.migrate()
+        head = (await store.append("s", [{"type": "send", "id": "u-1", "text": "one"}])).version
+
+        async def consume() -> None:
+            async for _ in store.follow("s", after=head):
+                pass
+
+        task = asyncio.create_task(consume())
+        with _admin(db_url) as admin:
+            await asyncio.to_thread(_lock_and_wait_for_a_read, admin, app)
+            closer = asyncio.create_task(store.close())
+            done, _ = await asyncio.wait({closer}, timeout=0.5)
+            try:
+                assert not done, "close() returned while a read ran"
+            finally:
+                admin.rollback()
+            await asyncio.wait_for(closer, 60)
+        assert await asyncio.to_thread(_statements_running, app) == 0
+        await asyncio.wait_for(task, 10)
+
+    asyncio.run(scenario())
