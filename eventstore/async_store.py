@@ -40,7 +40,7 @@ from eventstore.core.turn_rules import RecoveryStatus
 from eventstore.core.turn_view import Turn
 from eventstore.engine import catalogue, reads
 from eventstore.engine import turn_recovery
-from eventstore.engine.async_bridge import iterate, live, run
+from eventstore.engine.async_bridge import AsyncOpenFollowers, iterate, live, run
 from eventstore.engine.async_turns import AsyncStreamingTurn, AsyncTurnWriter
 from eventstore.engine.facade import StoreBase
 from eventstore.engine.group_commit import AppendGroup
@@ -82,12 +82,17 @@ class AsyncEventStore(StoreBase):
 
     def _open_writers(self) -> None:
         self._streams = AsyncTurnWriter(self._engine)
+        self._followers = AsyncOpenFollowers()
         self._appends = AppendGroup(self._engine)
 
     # -- lifecycle and schema -----------------------------------------------------------
 
     async def close(self) -> None:
-        """Release every database connection. The store must not be used afterwards."""
+        """Release every database connection. The store must not be used afterwards.
+
+        Its followers end, as :meth:`EventStore.close <eventstore.EventStore.close>` says.
+        """
+        await self._followers.close()
         await self._streams.close()
         await self._appends.close()
         await self._engine.sealer.aclose()
@@ -245,7 +250,7 @@ class AsyncEventStore(StoreBase):
         )
         storage = self._engine.storage
         watcher = storage.watcher(asyncio=True)
-        return AsyncFollower(live(plan, watcher), state, watcher.wake)
+        return self._followers.follower(live(plan, watcher), state, watcher.wake)
 
     def feed(self, *, after: str | None = None, idle_timeout: float | None = 1.0) -> AsyncFollower:
         """``async for`` twin of :meth:`eventstore.EventStore.feed`."""
@@ -253,7 +258,7 @@ class AsyncEventStore(StoreBase):
         plan = functools.partial(reads.feed_plan, self._engine, after=after, idle_timeout=idle_timeout, state=state)
         storage = self._engine.storage
         watcher = storage.watcher(asyncio=True)
-        return AsyncFollower(live(plan, watcher), state, watcher.wake)
+        return self._followers.follower(live(plan, watcher), state, watcher.wake)
 
     def history(
         self,

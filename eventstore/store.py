@@ -84,7 +84,12 @@ class EventStore(StoreBase):
     # -- lifecycle and schema -----------------------------------------------------------
 
     def close(self) -> None:
-        """Release every database connection. The store must not be used afterwards."""
+        """Release every database connection. The store must not be used afterwards.
+
+        Its followers (:meth:`follow`, :meth:`feed`) end, wherever they are iterated: a
+        read one of them is running is waited for (at most ten seconds), so no statement
+        of the store is left running when ``close`` returns.
+        """
         self._streams.close()
         self._engine.close()
 

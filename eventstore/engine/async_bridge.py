@@ -20,18 +20,21 @@ and :func:`iterate` turns an engine method returning an iterator into an async i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+import weakref
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from typing import Any, TypeVar
 
 from sqlalchemy.util import greenlet_spawn
 
-from eventstore.core.feed_rules import Live, wait_arg
+from eventstore.core.feed_rules import AsyncFollower, FollowState, Live, wait_arg
 from eventstore.core.records import RecordedEvent
+from eventstore.engine.reads import CLOSE_TIMEOUT
 from eventstore.errors import StorageError
 from eventstore.storage.interface import AsyncChangeWatcher
 
-__all__ = ["run", "iterate", "live", "STEPS_PER_SWITCH"]
+__all__ = ["run", "iterate", "live", "AsyncOpenFollowers", "STEPS_PER_SWITCH"]
 
 T = TypeVar("T")
 
@@ -78,7 +81,7 @@ async def iterate(
 
 async def live(
     make_plan: Callable[[], Live], watcher: AsyncChangeWatcher
-) -> AsyncIterator[RecordedEvent]:
+) -> AsyncGenerator[RecordedEvent, None]:
     """The async driver of a follower's plan (:func:`eventstore.engine.reads.follow_plan` /
     ``feed_plan``): the same decisions as the sync one (:func:`eventstore.engine.reads.drive`), with the
     reads run in greenlets and the waits awaited on the storage's async watcher.
@@ -109,3 +112,51 @@ async def live(
             return
         if wait:
             await watcher.wait(seen, wait_arg(wait))
+
+
+class AsyncOpenFollowers:
+    """The async twin of :class:`eventstore.engine.reads.OpenFollowers`: an async store's
+    followers not closed yet, all on the store's event loop, ended by :meth:`close`."""
+
+    def __init__(self) -> None:
+        self._open: weakref.WeakSet[AsyncFollower] = weakref.WeakSet()
+        self._stepping = 0
+        self._idle: asyncio.Event | None = None
+        self._closed = False
+
+    def follower(
+        self, events: AsyncGenerator[RecordedEvent, None], state: FollowState, wake: Callable[[], None]
+    ) -> AsyncFollower:
+        """A follower handing out ``events``, ended by :meth:`close`."""
+        if self._closed:
+            raise StorageError("the store is closed", retryable=False)
+        follower = AsyncFollower(self._steps(events), state, wake)
+        self._open.add(follower)
+        return follower
+
+    async def _steps(self, events: AsyncGenerator[RecordedEvent, None]) -> AsyncIterator[RecordedEvent]:
+        try:
+            while not self._closed:
+                self._stepping += 1
+                try:
+                    ev = await anext(events, None)
+                finally:
+                    self._stepping -= 1
+                    if self._stepping == 0 and self._idle is not None:
+                        self._idle.set()
+                if ev is None:
+                    return
+                yield ev
+        finally:
+            await events.aclose()
+
+    async def close(self, timeout: float = CLOSE_TIMEOUT) -> None:
+        """Close every follower, then wait (at most ``timeout`` seconds) for the steps
+        still running in other tasks to end; later followers are refused."""
+        self._closed = True
+        for f in list(self._open):
+            f.close()
+        if self._stepping:
+            self._idle = asyncio.Event()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._idle.wait(), timeout)

@@ -73,7 +73,7 @@ from eventstore.core.rows import CatalogueEffect, EventRow, RewindRow, SessionRo
 from eventstore.core.validation import MAX_VERSION, Limits, Validator
 from eventstore.engine.planner import AppendPlan, AppendPlanner
 from eventstore.engine.sealer import Sealer
-from eventstore.engine.reads import drive, feed_plan, follow_plan, iter_history
+from eventstore.engine.reads import OpenFollowers, feed_plan, follow_plan, iter_history
 from eventstore.engine.transaction_steps import TransactionSteps, now_micros
 from eventstore.errors import ConcurrencyError, InvalidEvent, SchemaError, SessionExists
 from eventstore.storage import Storage, open_storage
@@ -193,6 +193,8 @@ class Engine(TransactionSteps):
         self.validate = Validator(Limits(max_event_bytes, max_id_length))
         self.planner = AppendPlanner(snapshot_every)
         self.storage: Storage = open_storage(url, segment_coder=SegmentCodec(), **storage_options)
+        #: The sync followers still open, ended by :meth:`close`.
+        self.followers = OpenFollowers()
         #: Whether closed turns are sealed in the background (``seal=``).
         self.seal_enabled = seal
         # Over asyncio drivers the worker is a task of the store's event loop, not a thread.
@@ -203,7 +205,8 @@ class Engine(TransactionSteps):
     # -- lifecycle and schema -----------------------------------------------------------
 
     def close(self) -> None:
-        """Release every connection and forget the caches."""
+        """End the followers, release every connection and forget the caches."""
+        self.followers.close()
         self.sealer.close()
         self.storage.close()
         self.planner.clear()
@@ -440,12 +443,12 @@ class Engine(TransactionSteps):
         """A session's events after a version, then each new one as it is committed
         (see :meth:`eventstore.EventStore.follow`)."""
         plan = follow_plan(self, session, after=after, idle_timeout=idle_timeout)
-        return Follower(drive(plan, self.storage), plan.state, self.storage.watcher().wake)
+        return self.followers.follower(plan, self.storage)
 
     def feed(self, *, after: Any = None, idle_timeout: Any = 1.0) -> Follower:
         """Every session's events in one resumable stream (see :meth:`eventstore.EventStore.feed`)."""
         plan = feed_plan(self, after=after, idle_timeout=idle_timeout)
-        return Follower(drive(plan, self.storage), plan.state, self.storage.watcher().wake)
+        return self.followers.follower(plan, self.storage)
 
     def session_rows(self) -> list[SessionRow]:
         """Every session row, oldest first."""

@@ -7,8 +7,10 @@ its synchronous driver, :func:`eventstore.engine.async_bridge.live` the asyncio 
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+import weakref
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -18,6 +20,7 @@ from eventstore.core.feed_rules import (
     Bands,
     FeedKey,
     FollowState,
+    Follower,
     Live,
     Pacer,
     wait_arg,
@@ -30,10 +33,68 @@ from eventstore.engine.transaction_steps import TransactionSteps
 from eventstore.errors import SessionRewound, StorageError, VersionNotFound
 from eventstore.storage import Storage
 
-__all__ = ["HISTORY_CHUNK", "iter_history", "follow_plan", "feed_plan", "feed_names", "drive"]
+__all__ = ["HISTORY_CHUNK", "OpenFollowers", "iter_history", "follow_plan", "feed_plan", "feed_names", "drive"]
 
 #: Events read per query when a history is iterated.
 HISTORY_CHUNK = 1000
+
+#: How long closing a store waits for its followers' reads still running (s).
+CLOSE_TIMEOUT = 10.0
+
+
+class OpenFollowers:
+    """A sync store's followers not closed yet, so closing the store ends them.
+
+    A follower left iterating in some thread (a web server's abandoned stream, say) would
+    otherwise read on after the store closed, over the connections the closed pool makes
+    again, and hold locks on tables its owner is about to drop. :meth:`close` closes each
+    follower and waits until none is inside a step (a read, or a wait its close cuts short).
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._open: weakref.WeakSet[Follower] = weakref.WeakSet()
+        self._stepping = 0
+        self._closed = False
+
+    def follower(self, plan: Live, storage: Storage) -> Follower:
+        """A follower driving ``plan`` over ``storage``, ended by :meth:`close`."""
+        with self._cond:
+            if self._closed:
+                raise StorageError("the store is closed", retryable=False)
+            follower = Follower(self._steps(drive(plan, storage)), plan.state, storage.watcher().wake)
+            self._open.add(follower)
+        return follower
+
+    def _steps(self, events: Generator[RecordedEvent, None, None]) -> Iterator[RecordedEvent]:
+        try:
+            while True:
+                with self._cond:
+                    if self._closed:
+                        return
+                    self._stepping += 1
+                try:
+                    ev = next(events, None)
+                finally:
+                    with self._cond:
+                        self._stepping -= 1
+                        self._cond.notify_all()
+                if ev is None:
+                    return
+                yield ev
+        finally:
+            events.close()
+
+    def close(self, timeout: float = CLOSE_TIMEOUT) -> None:
+        """Close every follower, then wait (at most ``timeout`` seconds) for the steps
+        still running to end; later followers are refused."""
+        with self._cond:
+            self._closed = True
+            followers = list(self._open)
+        for f in followers:
+            f.close()
+        with self._cond:
+            self._cond.wait_for(lambda: self._stepping == 0, timeout)
 
 
 def follow_plan(
@@ -166,7 +227,7 @@ def iter_history(
                 break
 
 
-def drive(plan: Live, storage: Storage) -> Iterator[RecordedEvent]:
+def drive(plan: Live, storage: Storage) -> Generator[RecordedEvent, None, None]:
     """Hand out the plan's past, then what its ``read`` returns, waiting for the
     storage's change watcher between reads that reached the end (the decisions are
     the plan's; the async twin drives the same plan in :func:`eventstore.engine.async_bridge.live`)."""
