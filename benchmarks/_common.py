@@ -16,7 +16,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-__all__ = ["machine", "record_section", "run_times", "timed", "extract_tree"]
+import psycopg
+
+__all__ = ["machine", "record_section", "run_times", "timed", "extract_tree", "count_events"]
 
 
 def _version(pkg: str) -> str:
@@ -116,3 +118,17 @@ def extract_tree(root: Path, revision: str, into: Path) -> Path:
     with tarfile.open(archive) as tar:
         tar.extractall(tree, filter="data")
     return tree
+
+
+def count_events(url: str) -> int:
+    """Events written: the rows, plus the events of the segments that closed turns were
+    sealed into (sealing deletes their rows; the bare table of ``raw`` has no segments)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM events").fetchone()
+        rows = int(row[0]) if row else 0
+        if conn.execute("SELECT to_regclass('event_segments')").fetchone() == (None,):
+            return rows
+        row = conn.execute(
+            "SELECT coalesce(sum(last_version - first_version + 1), 0) FROM event_segments"
+        ).fetchone()
+    return rows + (int(row[0]) if row else 0)

@@ -41,7 +41,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from benchmarks._common import machine, record_section
+from benchmarks._common import count_events, machine, record_section
 from benchmarks.peers.base import db_name, drop_database, fresh_database, pg_size, pg_url
 from benchmarks.peers.raw_psycopg import DDL as RAW_DDL
 from benchmarks.peers.raw_psycopg import INSERT as RAW_INSERT
@@ -308,20 +308,6 @@ def xact_commits(url: str) -> int:
             "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
         ).fetchone()
     return int(row[0]) if row else 0
-
-
-def count_events(url: str) -> int:
-    """Events written: the rows, plus the events of the segments that closed turns were
-    sealed into (sealing deletes their rows; the bare table of ``raw`` has no segments)."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute("SELECT count(*) FROM events").fetchone()
-        rows = int(row[0]) if row else 0
-        if conn.execute("SELECT to_regclass('event_segments')").fetchone() == (None,):
-            return rows
-        row = conn.execute(
-            "SELECT coalesce(sum(last_version - first_version + 1), 0) FROM event_segments"
-        ).fetchone()
-    return rows + (int(row[0]) if row else 0)
 
 
 def run_one(target: str, writers: int, seconds: float, rate: float) -> dict[str, Any]:
