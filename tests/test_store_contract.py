@@ -327,7 +327,7 @@ def test_snapshots_of_another_reducer_version_are_never_served(
     with raw_engine.begin() as conn:
         conn.execute(text("UPDATE snapshots SET reducer_version = :v"), {"v": REDUCER_VERSION})
     monkeypatch.setattr(engine_module, "REDUCER_VERSION", REDUCER_VERSION + 1)
-    monkeypatch.setattr(verify_module, "REDUCER_VERSION", REDUCER_VERSION + 1)
+    monkeypatch.setattr(integrity, "REDUCER_VERSION", REDUCER_VERSION + 1)
     with EventStore(db_url, snapshot_every=10) as store:
         assert store.load("s1", version=60).to_json() == fold_json(None, actions)
         assert store.verify("s1").ok  # stale snapshots are not this reducer's to check
