@@ -225,10 +225,13 @@ class ReplicatedPostgresStorage(PostgresStorage):
         self._sleep = _sleep_on_loop if options.get("use_asyncio") else time.sleep
         # Held for no I/O at all, so greenlets of one loop never wait on it either.
         self._lock = threading.Lock()
-        # The primary WAL position this store has seen (bytes), and whether a write or a
-        # primary read happened since it was last read from the primary.
+        # The primary WAL position this store has seen (bytes); writes and primary reads
+        # counted, and how many of them that position is known to cover. A counter, not a
+        # flag: a flag cleared by one reader before its answer was stored let a concurrent
+        # reader (the background sealer's) take the old position for a new one.
         self._seen = 0
-        self._moved = False
+        self._moves = 0
+        self._covered = 0
         #: how many reads each side served (for tests and benchmarks; not exact across threads).
         self.reads = {"replica": 0, "primary": 0}
 
@@ -250,7 +253,7 @@ class ReplicatedPostgresStorage(PostgresStorage):
             with super().write(session=session, expected=expected) as tx:
                 yield tx
         finally:
-            self._moved = True
+            self._moved()
 
     def _append_fast(
         self,
@@ -268,19 +271,19 @@ class ReplicatedPostgresStorage(PostgresStorage):
                 session_pk, old_head, old_hash, rows, head_turn, snapshots, blobs, effect
             )
         finally:
-            self._moved = True
+            self._moved()
 
     def _append_batches(self, batches: Sequence[TurnBatch]) -> list[bool]:
         try:
             return super()._append_batches(batches)
         finally:
-            self._moved = True
+            self._moved()
 
     def migrate(self) -> None:
         try:
             super().migrate()
         finally:
-            self._moved = True
+            self._moved()
 
     def close(self) -> None:
         for r in self._replicas:
@@ -289,7 +292,7 @@ class ReplicatedPostgresStorage(PostgresStorage):
 
     def others_committed(self) -> None:
         """A follower was woken by a commit on the primary: its next read must see it."""
-        self._moved = True
+        self._moved()
 
     @overload
     def watcher(self, *, asyncio: Literal[False] = False) -> ChangeWatcher: ...
@@ -324,7 +327,7 @@ class ReplicatedPostgresStorage(PostgresStorage):
         self.reads["primary"] += 1
         with super().read() as tx:
             yield tx
-        self._moved = True  # later reads must not go back before what this one saw
+        self._moved()  # later reads must not go back before what this one saw
 
     def _read_band(self, *, after: tuple[int, int, int] | None, limit: int, upto: int) -> Band:
         # Through read(), which picks a replica that has replayed what this store saw
@@ -352,21 +355,22 @@ class ReplicatedPostgresStorage(PostgresStorage):
                 # The replica has not replayed that version (or the session) yet.
         self.reads["primary"] += 1
         parts = super().load_parts(session_id, version, reducer_version)
-        self._moved = True
+        self._moved()
         return parts
+
+    def _moved(self) -> None:
+        """A write or a primary read finished: the next read must see past it."""
+        with self._lock:
+            self._moves += 1
 
     def _position(self) -> int:
         """The primary WAL position a read must see: this store's last write or primary read."""
-        if self._moved:
-            # Cleared before asking: a write finishing meanwhile sets it again.
-            self._moved = False
-            try:
-                (lsn,) = self.fetch_one(self._q_primary_lsn)
-            except BaseException:
-                self._moved = True
-                raise
+        moves = self._moves  # noted before asking: what finished by now, the answer covers
+        if moves != self._covered:
+            (lsn,) = self.fetch_one(self._q_primary_lsn)
             with self._lock:
                 self._seen = max(self._seen, int(lsn))
+                self._covered = max(self._covered, moves)
         return self._seen
 
     def _check(self, r: _Replica) -> bool:
