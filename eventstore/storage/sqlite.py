@@ -19,11 +19,10 @@ from typing import Any
 from sqlalchemy import Connection, Engine, create_engine, event, func, literal_column, select
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
-from sqlalchemy.pool import AsyncAdaptedQueuePool
 
 from eventstore.core.rows import CatalogueEffect, EventRow, SnapshotRow
 from eventstore.storage.schema import events, feed_clock
-from eventstore.storage.sql import ErrorKind, SqlStorage
+from eventstore.storage.sql import ErrorKind, FairAsyncQueuePool, SqlStorage
 from eventstore.storage.watch import AsyncProbe, Probe
 
 __all__ = [
@@ -111,10 +110,12 @@ def _async_engine(url: str, echo: bool, pool_size: int) -> Engine:
         # One connection, handed to one task at a time: the default StaticPool would
         # share it between tasks, interleaving their transactions.
         return create_async_engine(
-            u, echo=echo, poolclass=AsyncAdaptedQueuePool, pool_size=1, max_overflow=0
+            u, echo=echo, poolclass=FairAsyncQueuePool, pool_size=1, max_overflow=0
         ).sync_engine
     # No overflow: SQLite has one writer, and every connection is a thread of its own.
-    return create_async_engine(u, echo=echo, pool_size=pool_size, max_overflow=0).sync_engine
+    return create_async_engine(
+        u, echo=echo, poolclass=FairAsyncQueuePool, pool_size=pool_size, max_overflow=0
+    ).sync_engine
 
 
 class _AsyncDataVersionProbe(AsyncProbe):

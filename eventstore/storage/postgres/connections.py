@@ -141,9 +141,12 @@ class HotConnections:
     loop. The connections stay in autocommit, so a statement costs one awaited round trip
     and nothing else: no pool events, no autocommit switching, no reset on return (what
     the SQLAlchemy pool would add, about as much client CPU as psycopg's own work). At most
-    ``size`` are open; a caller beyond that waits for one to come back. A connection that
-    sat idle longer than ``ping_after`` seconds, or whose socket has something to read, is
-    pinged first and replaced when dead, as the sync pool's checkout does.
+    ``size`` are open; a caller beyond that waits, and callers waiting are served in turn:
+    a connection given back (or the room to open one) goes to the one that has waited
+    longest, never to a task asking after it (as the async engines' pool does, see
+    :mod:`eventstore.storage.sql.fair_pool`). A connection that sat idle longer than
+    ``ping_after`` seconds, or whose socket has something to read, is pinged first and
+    replaced when dead, as the sync pool's checkout does.
     """
 
     def __init__(self, connect: Any, size: int, ping_after: float) -> None:
@@ -152,7 +155,9 @@ class HotConnections:
         self._ping_after = ping_after
         self._idle: list[tuple[Any, float]] = []
         self._open = 0
-        self._waiters: deque[asyncio.Future[None]] = deque()
+        # Each gets an idle connection and when it was given back, or None: room to
+        # open one, already counted in `_open`.
+        self._waiters: deque[asyncio.Future[tuple[Any, float] | None]] = deque()
         self._closed = False
 
     def get(self, *, suspect_before: float, ping: bool) -> Any:
@@ -171,27 +176,26 @@ class HotConnections:
                 raise StorageError("the store is closed", retryable=False)
             if self._idle:
                 conn, since = self._idle.pop()
-                if conn.closed or conn.broken:
-                    self._open -= 1
-                    continue
-                if _suspect(conn, since, suspect_before, self._ping_after, ping):
-                    try:
-                        await_(conn.execute(""))
-                    except psycopg.Error:
-                        self._discard(conn)
-                        continue
-                return conn
-            if self._open < self._size:
+            elif self._open < self._size:
                 self._open += 1
+                return self._open_counted()
+            else:
+                handed = self._wait()
+                if handed is None:
+                    if self._closed:
+                        raise StorageError("the store is closed", retryable=False)
+                    return self._open_counted()
+                conn, since = handed
+            if conn.closed or conn.broken:
+                self._open -= 1
+                continue
+            if _suspect(conn, since, suspect_before, self._ping_after, ping):
                 try:
-                    return await_(self._connect())
-                except BaseException:
-                    self._open -= 1
-                    self._wake()
-                    raise
-            waiter = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
-            await_(waiter)
+                    await_(conn.execute(""))
+                except psycopg.Error:
+                    self._discard(conn)
+                    continue
+            return conn
 
     def put(self, conn: Any, ok: bool) -> None:
         """Return a connection; ``ok=False`` (a failed or cancelled statement) drops it."""
@@ -201,24 +205,56 @@ class HotConnections:
             and not (conn.closed or conn.broken)
             and conn.info.transaction_status == _IDLE
         ):
-            self._idle.append((conn, time.monotonic()))
+            self._give((conn, time.monotonic()))
         else:
             self._discard(conn)
-        self._wake()
+
+    def _open_counted(self) -> Any:
+        """A new connection, already counted in ``_open``."""
+        try:
+            return await_(self._connect())
+        except BaseException:
+            self._open -= 1
+            self._give(None)
+            raise
+
+    def _wait(self) -> tuple[Any, float] | None:
+        """What :meth:`_give` hands this caller, once every earlier caller was served."""
+        waiter: asyncio.Future[tuple[Any, float] | None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            return await_(waiter)
+        except BaseException:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+            elif waiter.done() and not waiter.cancelled():
+                # Handed something, then cancelled before taking it: the next one's.
+                handed = waiter.result()
+                if handed is None:
+                    self._open -= 1
+                self._give(handed)
+            raise
+
+    def _give(self, item: tuple[Any, float] | None) -> None:
+        """Hand an idle connection, or ``None`` (room to open one), to the caller that has
+        waited longest; with nobody waiting, the connection is kept idle."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                if item is None:
+                    self._open += 1
+                waiter.set_result(item)
+                return
+        if item is not None:
+            self._idle.append(item)
 
     def _discard(self, conn: Any) -> None:
         self._open -= 1
+        self._give(None)  # before the close awaits: nobody asking later takes the room
         try:
             await_(conn.close())
         except psycopg.Error:
             pass
-
-    def _wake(self) -> None:
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
 
     def close(self) -> None:
         """Close every idle connection (the rest close as they come back) and refuse

@@ -29,7 +29,7 @@ from eventstore.storage.postgres.statements import (
     snapshot_xmin,
 )
 from eventstore.storage.schema import events
-from eventstore.storage.sql import Compiled
+from eventstore.storage.sql import Compiled, FairAsyncQueuePool
 from eventstore.storage.watch import AsyncProbe, Probe, Signal
 
 __all__ = ["PostgresStorage"]
@@ -80,10 +80,11 @@ class PostgresStorage(HotAppends, HotLoads):
         }
         # With use_asyncio the engine is the sync face of an asyncio engine over psycopg's
         # AsyncConnection: it is used inside a greenlet (see eventstore.async_store), and
-        # every round trip awaits on the event loop.
+        # every round trip awaits on the event loop. Its pool hands connections to waiting
+        # tasks in turn (eventstore.storage.sql.fair_pool): no task times out behind others.
         self._hot_pool: HotConnections | SyncHotConnections
         if use_asyncio:
-            engine = create_async_engine(u, **options).sync_engine
+            engine = create_async_engine(u, poolclass=FairAsyncQueuePool, **options).sync_engine
         else:
             engine = create_engine(u, **options)
         cargs, cparams = engine.dialect.create_connect_args(engine.url)

@@ -5,8 +5,9 @@ override only what differs: how a write transaction begins, row locking, "insert
 present" / upsert, and how a driver error is classified.
 """
 
+from eventstore.storage.sql.fair_pool import FairAsyncQueuePool
 from eventstore.storage.sql.statements import Compiled, session_row
 from eventstore.storage.sql.storage import SqlStorage
 from eventstore.storage.sql.transactions import ErrorKind
 
-__all__ = ["Compiled", "ErrorKind", "SqlStorage", "session_row"]
+__all__ = ["Compiled", "ErrorKind", "FairAsyncQueuePool", "SqlStorage", "session_row"]
