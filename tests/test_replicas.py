@@ -464,3 +464,38 @@ def test_a_replica_that_is_a_copy_serves_without_a_warning(
     finally:
         store.close()
     assert not [w for w in recwarn if "not a copy" in str(w.message)]
+
+
+def test_a_read_right_after_a_write_asks_the_primary_even_while_another_reader_is_asking(
+    pg_schema: str, replica_url: str
+) -> None:
+    # Two readers of one store (the application and the background sealer): the second
+    # must not take the position stored before the write because the first is still
+    # asking the primary for the new one.
+    import threading
+
+    storage = open_storage(pg_schema, replicas=[replica_url])
+    try:
+        asking, answer = threading.Event(), threading.Event()
+        asked = storage.fetch_one
+
+        def fetch_one(query: Any, *args: Any) -> Any:
+            if query is storage._q_primary_lsn:
+                if threading.current_thread() is not threading.main_thread():
+                    asking.set()
+                    answer.wait(30)
+                    return (1,)
+                return (10**12,)
+            return asked(query, *args)
+
+        storage.fetch_one = fetch_one  # type: ignore[method-assign]
+        storage._moved()  # a write finished
+        first = threading.Thread(target=storage._position)
+        first.start()
+        assert asking.wait(30)
+        assert storage._position() == 10**12
+        answer.set()
+        first.join(30)
+        assert storage._position() == 10**12
+    finally:
+        storage.close()
