@@ -67,7 +67,8 @@ def test_close_waits_for_a_followers_statement(db_url: str) -> None:
 def _named_store(db_url: str) -> tuple[EventStore, str]:
     """A store whose connections carry an application name of their own; that name."""
     app = f"close-{uuid.uuid4().hex[:12]}"
-    return make_store(f"{db_url}&application_name={app}"), app
+    # No background sealer: the read a test waits for is the follower's, not a seal's.
+    return make_store(f"{db_url}&application_name={app}", seal=False), app
 
 
 @contextmanager
@@ -146,8 +147,10 @@ def test_close_ends_an_abandoned_explorer_stream(db_url: str, monkeypatch: pytes
                 # An event through the stream: its follower is live, waiting for the next.
                 _send(store, "s", "two")
                 assert any(line.startswith("data:") for line in lines)
-            # The page is gone; its follower's next safety-poll read is held by the lock.
-            _lock_and_wait_for_a_read(admin, app)
+                # Its next safety-poll read is held by the lock before the page goes, so
+                # the server's worker thread is inside the follower when the stream is cut
+                # (cut earlier, the server may never ask the follower again: nothing to end).
+                _lock_and_wait_for_a_read(admin, app)
         _close_must_wait(store, admin, app)
 
 
