@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,7 +70,7 @@ from eventstore.core.records import (
 )
 from eventstore.core.reducer import REDUCER_VERSION
 from eventstore.core.rewinds import Rewinds
-from eventstore.core.rows import CatalogueEffect, EventRow, RewindRow, SessionRow, TurnBatch
+from eventstore.core.rows import CatalogueEffect, EventRow, SessionRow, TurnBatch
 from eventstore.core.validation import MAX_VERSION, Limits, Validator
 from eventstore.engine.planner import AppendPlan, AppendPlanner
 from eventstore.engine.sealer import Sealer
@@ -77,7 +78,7 @@ from eventstore.engine.reads import OpenFollowers, feed_plan, follow_plan, iter_
 from eventstore.engine.transaction_steps import TransactionSteps, now_micros
 from eventstore.errors import ConcurrencyError, InvalidEvent, SchemaError, SessionExists
 from eventstore.storage import Storage, open_storage
-from eventstore.storage.interface import EventIdRace, Tx
+from eventstore.storage.interface import AsyncChangeWatcher, EventIdRace, Tx
 from eventstore.storage.migrate import HEAD_REVISION
 
 __all__ = ["Engine", "Tx", "AppendRequest", "PlannedAppend", "DEFAULT_SNAPSHOT_EVERY"]
@@ -224,7 +225,7 @@ class Engine(TransactionSteps):
     def check_schema(self) -> None:
         """Raise :class:`SchemaError` unless the database has this version's schema."""
         rev = self.storage.schema_revision()
-        url = self.storage.safe_url
+        url = self.safe_url
         if rev is None:
             raise SchemaError(f"the database {url} has no eventstore schema; run `eventstore migrate`")
         if rev != HEAD_REVISION:
@@ -232,6 +233,26 @@ class Engine(TransactionSteps):
                 f"the database {url} has eventstore schema revision {rev}, this version "
                 f"needs {HEAD_REVISION}; run `eventstore migrate`"
             )
+
+    # -- transactions the features compose steps in -------------------------------------
+
+    def reading(self) -> AbstractContextManager[Tx]:
+        """A read transaction: one consistent view of the database for the steps run in it."""
+        return self.storage.read()
+
+    def writing(self) -> AbstractContextManager[Tx]:
+        """A write transaction: the steps run in it commit together when the block ends
+        without an exception, or not at all."""
+        return self.storage.write()
+
+    def async_watcher(self) -> AsyncChangeWatcher:
+        """What an asyncio follower waits on between reads: woken by each commit."""
+        return self.storage.watcher(asyncio=True)
+
+    @property
+    def safe_url(self) -> str:
+        """The database's URL with any password masked (for messages and checkpoints)."""
+        return self.storage.safe_url
 
     # -- rows and states, each read in its own transaction ------------------------------
 
@@ -453,14 +474,14 @@ class Engine(TransactionSteps):
     def session_rows(self) -> list[SessionRow]:
         """Every session row, oldest first."""
         with self.storage.read() as tx:
-            return self.storage.sessions(tx)
+            return self.all_rows(tx)
 
     def sessions(self) -> list[SessionInfo]:
         """Every session (roots and branches), oldest first."""
         with self.storage.read() as tx:
-            rows = self.storage.sessions(tx)
+            rows = self.all_rows(tx)
             controls = self.storage.controls(tx)
-            rewinds = Rewinds(self.storage.records(tx, RewindRow))
+            rewinds = Rewinds(self.rewinds(tx))
             return self.infos(tx, rows, {r.pk: r for r in rows}, controls, rewinds)
 
     # -- branch -------------------------------------------------------------------------
@@ -474,14 +495,13 @@ class Engine(TransactionSteps):
             new_id = f"{session}-{uuid.uuid4().hex[:8]}"
         v.id(new_id, "new_id")
         check_new_session_id(new_id, "new_id")
-        st = self.storage
-        with st.write() as tx:
-            row = st.session(tx, id=session, lock=True)
+        with self.writing() as tx:
+            row = self.find_row(tx, session, lock=True)
             if row is None:
                 raise self.missing(tx, session)
             new = self.fork_of(tx, row, check_version(row, at), new_id, now_micros())
             if self.insert_new_session(tx, new) is None:
-                taken = st.session(tx, id=new_id)
+                taken = self.find_row(tx, new_id)
                 if taken is not None:
                     self.check_open(tx, taken)
                 raise SessionExists(new_id)
@@ -516,15 +536,14 @@ class Engine(TransactionSteps):
         if self.validate.version(upto, "upto") is None:
             raise InvalidEvent("upto must be an integer version, got None", field="upto")
         self.validate.optional_id(actor, "actor")
-        st = self.storage
         new_blobs: set[bytes] = set()
-        with st.write() as tx:
-            row = st.session(tx, id=session, lock=True)
+        with self.writing() as tx:
+            row = self.find_row(tx, session, lock=True)
             if row is None:
                 raise self.missing(tx, session)
             v = check_version(row, upto)
             keep = max(
-                (b.fork_version or 0 for b in st.sessions(tx, descendants_of=row.pk) if b.parent_pk == row.pk),
+                (b.fork_version or 0 for b in self.branches(tx, row) if b.parent_pk == row.pk),
                 default=None,
             )
             if v == row.baseline:
@@ -534,7 +553,7 @@ class Engine(TransactionSteps):
             self.put_snapshot(tx, row.pk, v, state, new_blobs)
             h, turn = self.hash_turn_at(tx, row, v)
             self.record_compaction(tx, row, v, h, turn, state_digest(state), actor)
-            deleted = st.compact(
+            deleted = self.move_baseline(
                 tx,
                 row.pk,
                 upto=v,

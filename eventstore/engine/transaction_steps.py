@@ -3,8 +3,11 @@
 :class:`TransactionSteps` is the half of :class:`~eventstore.engine.engine.Engine` whose
 methods take an open transaction (``tx``) and never open one: the engine's own operations
 compose them, and so do the feature modules (import, verify, audit, rewind), which run
-several of them in one transaction. Nothing here commits; every write waits for the
-caller's ``with storage.write()`` to end.
+several of them in one transaction the engine opens (:meth:`Engine.reading
+<eventstore.engine.engine.Engine.reading>`, :meth:`Engine.writing
+<eventstore.engine.engine.Engine.writing>`). The single reads and writes of rows they are made
+of are :class:`~eventstore.engine.row_steps.RowSteps`'. Nothing here commits; every write
+waits for the caller's write transaction to end.
 """
 
 from __future__ import annotations
@@ -43,7 +46,6 @@ from eventstore.core.rows import (
     CompactionRow,
     EventRow,
     NewSession,
-    RewindRow,
     SessionControl,
     SessionRow,
     SnapshotRow,
@@ -52,6 +54,7 @@ from eventstore.core.rows import (
 from eventstore.core.turn_rules import session_info
 from eventstore.core.validation import Validator
 from eventstore.engine.planner import AppendPlan, AppendPlanner
+from eventstore.engine.row_steps import RowSteps
 from eventstore.errors import (
     CompactedError,
     ConcurrencyError,
@@ -72,8 +75,9 @@ def now_micros() -> int:
     return time.time_ns() // 1000
 
 
-class TransactionSteps:
-    """The engine's steps over an open transaction (see the module docstring).
+class TransactionSteps(RowSteps):
+    """The engine's steps over an open transaction (see the module docstring); the
+    single reads and writes they are made of are :class:`RowSteps`'.
 
     Attributes:
         storage: the database (rows of ids, integers and bytes).
@@ -95,7 +99,7 @@ class TransactionSteps:
             SessionNotFound: there is no such session.
         """
         self.validate.id(session, "session")
-        row = self.storage.session(tx, id=session)
+        row = self.find_row(tx, session)
         if row is None:
             raise self.missing(tx, session)
         return row
@@ -132,7 +136,7 @@ class TransactionSteps:
 
     def event_at(self, tx: Tx, pk: int, version: int) -> EventRow | None:
         """One event of session row ``pk``, or ``None`` when absent (never written, or compacted)."""
-        found = self.storage.read_events(tx, pk, after=version - 1, upto=version)
+        found = self.events(tx, pk, after=version - 1, upto=version)
         return found[0] if found else None
 
     def tombstone(self, tx: Tx, session: str) -> TombstoneRow | None:
@@ -172,7 +176,7 @@ class TransactionSteps:
         """The id each row of a lineage reports its events under: the id of the session
         they were appended to (a kept line's events: the id that was rewound)."""
         names = {r.pk: r.id for r in lineage}
-        return Rewinds(self.storage.records(tx, RewindRow, pks=names.keys())).event_names(names)
+        return Rewinds(self.rewinds(tx, pks=names.keys())).event_names(names)
 
     # -- states ---------------------------------------------------------------------------
 
@@ -219,15 +223,14 @@ class TransactionSteps:
         Raises:
             ConcurrencyError: the session is new and ``expected`` is neither ``None`` nor 0.
         """
-        st = self.storage
-        row = st.session(tx, id=session, lock=True)
+        row = self.find_row(tx, session, lock=True)
         if row is None:
             if expected not in (None, 0):
                 raise ConcurrencyError(session, expected, 0)
             check_new_session_id(session)
             row = self.insert_new_session(tx, NewSession(id=session, created_at=now_micros()))
             if row is None:  # created concurrently: wait for its lock
-                row = st.session(tx, id=session, lock=True)
+                row = self.find_row(tx, session, lock=True)
                 assert row is not None
         return row
 
@@ -237,7 +240,7 @@ class TransactionSteps:
         Raises:
             SessionClosed: the session was closed to writes.
         """
-        control = self.storage.controls(tx, row.pk)[row.pk]
+        control = self.control(tx, row.pk)
         if control.closed_at is not None:
             raise SessionClosed(row.id, control.closed_reason)
         return control
@@ -264,13 +267,13 @@ class TransactionSteps:
         planner = self.planner
         rows, prev, turn = event_rows(row, row.id, encoded, ids, actor, meta, now, natives)
         head = rows[-1].version
-        st.insert_events(tx, rows)
-        st.update_session(tx, row.pk, head=(head, prev, turn))
+        self.write_events(tx, rows)
+        self.move_head(tx, row.pk, head, prev, turn)
         catalogue_rows.apply_effect(tx, row.pk, catalogue_effect(action_dicts, now))
         plan = planner.plan(row, action_dicts, head)
         if plan is None:
             # Re-read the row: a compaction elsewhere may have moved its baseline.
-            fresh = st.session(tx, id=row.id) or row
+            fresh = self.find_row(tx, row.id) or row
             plan = planner.plan(row, action_dicts, head, self.state_at(tx, fresh, row.head))
             assert plan is not None
         for snap in plan.snapshots:
@@ -400,9 +403,9 @@ class TransactionSteps:
         """
         now = now_micros()
         if upto > (row.fork_version or 0):
-            self.storage.insert_compaction(tx, self.removed_record(tx, row, upto, digest, now, actor))
+            self.write_compaction(tx, self.removed_record(tx, row, upto, digest, now, actor))
             return
-        self.storage.insert_compaction(
+        self.write_compaction(
             tx,
             CompactionRow(
                 session_pk=row.pk,
@@ -432,7 +435,7 @@ class TransactionSteps:
         first = max(row.baseline, row.fork_version or 0) + 1
         found = [
             (e.version, e.hash, e.turn)
-            for e in self.storage.read_events(tx, row.pk, after=first - 1, upto=upto)
+            for e in self.events(tx, row.pk, after=first - 1, upto=upto)
         ]
         if upto < first or [r[0] for r in found] != list(range(first, upto + 1)):
             raise StorageError(
