@@ -15,7 +15,7 @@ from typing import Any
 from eventstore.core.checkpoints import Checkpoint, SessionHead, sign_checkpoint
 from eventstore.core.rewinds import Rewinds
 from eventstore.core.codec import state_digest
-from eventstore.core.rows import RewindRow, SessionRow
+from eventstore.core.rows import SessionRow
 from eventstore.core.validation import check_text
 from eventstore.engine.engine import Engine, Tx
 from eventstore.engine.transaction_steps import now_micros
@@ -46,8 +46,8 @@ def checkpoint(engine: Engine, private_key: Any, *, origin: Any = None) -> Check
         CheckpointError: the key is unusable, or ``origin`` carries a password or control
             characters.
     """
-    with engine.storage.read() as tx:
-        rows = engine.storage.sessions(tx)
+    with engine.reading() as tx:
+        rows = engine.all_rows(tx)
         # The baseline state is anchored too: its snapshot and its compaction record can be
         # rewritten together by the database owner, and nothing else would notice.
         heads = [
@@ -64,7 +64,7 @@ def checkpoint(engine: Engine, private_key: Any, *, origin: Any = None) -> Check
     return sign_checkpoint(
         heads,
         private_key,
-        origin=engine.storage.safe_url if origin is None else origin,
+        origin=engine.safe_url if origin is None else origin,
         created_at=datetime.now(timezone.utc),
     )
 
@@ -121,27 +121,25 @@ def _erase(engine: Engine, session: str, why: str, actor: str | None, cutoff: in
     """Erase in one transaction; with ``cutoff``, only if the session and its branches
     still had no event since (checked under their locks: an append that came in after the
     retention scan keeps the session) — ``[]`` when not erased."""
-    st = engine.storage
-    with st.write() as tx:
-        row = st.session(tx, id=session, lock=True)
+    with engine.writing() as tx:
+        row = engine.find_row(tx, session, lock=True)
         if row is None:
             if cutoff is not None:
                 return []
             raise engine.missing(tx, session)
         # A session made by a rewind shares its events with the line the rewind kept: the
         # erasure starts from the first such line (its branches include the session).
-        while (made := Rewinds(st.records(tx, RewindRow, pks=(row.pk,))).by_new.get(row.pk)) is not None:
+        while (made := Rewinds(engine.rewinds(tx, pks=(row.pk,))).by_new.get(row.pk)) is not None:
             kept = engine.session_by_pk(tx, made.kept_pk)
-            row = st.session(tx, id=kept.id, lock=True) or kept
+            row = engine.find_row(tx, kept.id, lock=True) or kept
         if cutoff is not None:
-            family = [row, *(st.session(tx, id=r.id, lock=True) or r for r in st.sessions(tx, descendants_of=row.pk))]
+            family = [row, *(engine.find_row(tx, r.id, lock=True) or r for r in engine.branches(tx, row))]
             if any(_last_activity(engine, tx, r) >= cutoff for r in family):
                 return []
-        done = st.erase_session(tx, row.pk, erased_at=now_micros(), actor=actor, reason=why)
-        st.collect_blobs(tx, done.blob_candidates)
+        erased = engine.erase_family(tx, row.pk, erased_at=now_micros(), actor=actor, reason=why)
     # The cached heads and states of the erased sessions must not be reused.
     engine.planner.clear()
-    return [t.session_id for t in done.tombstones]
+    return erased
 
 
 def parse_age(text: Any) -> timedelta:
@@ -196,8 +194,8 @@ def erase_older_than(
     engine.validate.optional_id(actor, "actor")
     engine.validate.flag(dry_run, "dry_run")
     cutoff = now_micros() - age // timedelta(microseconds=1)
-    with engine.storage.read() as tx:
-        rows = engine.storage.sessions(tx)
+    with engine.reading() as tx:
+        rows = engine.all_rows(tx)
         old = {r.pk for r in rows if _last_activity(engine, tx, r) < cutoff}
     children: dict[int, list[int]] = {}
     for r in rows:

@@ -33,7 +33,7 @@ from eventstore.core.records import to_datetime
 from eventstore.core.rows import ZERO_HASH, CompactionRow, EventRow, RewindRow, SessionRow
 from eventstore.core.text import iso
 from eventstore.engine import catalogue as catalogue_rows
-from eventstore.engine.engine import Engine
+from eventstore.engine.engine import Engine, Tx
 from eventstore.features.files import text_out
 
 __all__ = ["EXPORT_FORMAT", "EXPORT_FORMAT_VERSION", "export"]
@@ -53,7 +53,7 @@ def _iso(micros: int) -> str:
     return iso(to_datetime(micros))
 
 
-def _fork_point(engine: Engine, tx: Any, row: SessionRow) -> tuple[bytes, int]:
+def _fork_point(engine: Engine, tx: Tx, row: SessionRow) -> tuple[bytes, int]:
     """The hash and turn a branch's first own event chains from (zero for a root)."""
     if row.parent_pk is None or not row.fork_version:
         return ZERO_HASH, 0
@@ -61,14 +61,15 @@ def _fork_point(engine: Engine, tx: Any, row: SessionRow) -> tuple[bytes, int]:
     return engine.hash_turn_at(tx, parent, row.fork_version)
 
 
-def _own_records(storage: Any, tx: Any, row: SessionRow) -> list[CompactionRow]:
-    return storage.records(tx, CompactionRow, session_pk=row.pk) if row.baseline > (row.fork_version or 0) else []
+def _own_records(engine: Engine, tx: Tx, row: SessionRow) -> list[CompactionRow]:
+    """The compaction records of a session's own events (none when its baseline is inherited)."""
+    return engine.compactions(tx, row.pk) if row.baseline > (row.fork_version or 0) else []
 
 
-def _record_json(storage: Any, tx: Any, row: SessionRow) -> JSON | None:
+def _record_json(engine: Engine, tx: Tx, row: SessionRow) -> JSON | None:
     """The compaction record of a session's own baseline, as an export carries it: it
     binds the exported ``baseline_state`` (by its digest) to the chain."""
-    for rec in _own_records(storage, tx, row):
+    for rec in _own_records(engine, tx, row):
         if rec.upto == row.baseline:
             return {
                 "upto": rec.upto,
@@ -81,10 +82,10 @@ def _record_json(storage: Any, tx: Any, row: SessionRow) -> JSON | None:
     return None
 
 
-def _exportable(storage: Any, tx: Any, row: SessionRow, evs: list[EventRow]) -> list[EventRow]:
+def _exportable(engine: Engine, tx: Tx, row: SessionRow, evs: list[EventRow]) -> list[EventRow]:
     """The events to export: below the baseline only those a compaction recorded (kept
     for branches); a row forged there is never carried into another database."""
-    recs = _own_records(storage, tx, row)
+    recs = _own_records(engine, tx, row)
     if not recs:
         return evs
     return [e for e in evs if e.version > row.baseline or any(r.hash_at(e.version) == e.hash for r in recs)]
@@ -114,8 +115,7 @@ def export(
         SessionNotFound: no such session.
     """
     engine.validate.progress(progress)
-    storage = engine.storage
-    with storage.read() as tx:
+    with engine.reading() as tx:
         row = engine.row(tx, session)
         chain, rewinds = _family(engine, tx, row)
         kept_from = {rec.kept_pk: rec.session_id for rec in rewinds}
@@ -126,7 +126,7 @@ def export(
         for r in chain:
             fork_hash, fork_turn = _fork_point(engine, tx, r)
             parent = engine.session_by_pk(tx, r.parent_pk).id if r.parent_pk else None
-            evs = _exportable(storage, tx, r, storage.read_events(tx, r.pk, after=r.fork_version or 0, upto=r.head))
+            evs = _exportable(engine, tx, r, engine.events(tx, r.pk, after=r.fork_version or 0, upto=r.head))
             head: JSON = {
                 "kind": "session",
                 "id": r.id,
@@ -141,7 +141,7 @@ def export(
                 "baseline_hash": r.baseline_hash.hex() if r.baseline_hash else None,
                 "baseline_turn": r.baseline_turn,
                 "baseline_state": None,
-                "baseline_record": _record_json(storage, tx, r),
+                "baseline_record": _record_json(engine, tx, r),
                 "created_at": r.created_at,
                 "created_at_iso": _iso(r.created_at),
                 "events": len(evs),
@@ -180,7 +180,7 @@ def export(
         return _write(fh, session, chain, blocks, total, progress, lines)
 
 
-def _family(engine: Engine, tx: Any, row: SessionRow) -> tuple[list[SessionRow], list[RewindRow]]:
+def _family(engine: Engine, tx: Tx, row: SessionRow) -> tuple[list[SessionRow], list[RewindRow]]:
     """The rows an export of ``row`` carries, parents first, and the rewinds among them.
 
     The session's lineage, and for every rewind of the session's id, and every rewind that
@@ -188,12 +188,11 @@ def _family(engine: Engine, tx: Any, row: SessionRow) -> tuple[list[SessionRow],
     line cannot be imported without the rewind that names it, nor that rewind without
     the row it made. Rows are ordered by pk (a parent is always older than its branch).
     """
-    st = engine.storage
     chosen = {r.pk: r for r in engine.lineage(tx, row)}
     found: dict[int, RewindRow] = {}
-    pending = st.records(tx, RewindRow, session_id=row.id)
+    pending = engine.rewinds(tx, session_id=row.id)
     while True:
-        pending += st.records(tx, RewindRow, pks=list(chosen))
+        pending += engine.rewinds(tx, pks=list(chosen))
         grew = False
         for rec in pending:
             if rec.seq in found:

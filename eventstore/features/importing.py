@@ -331,8 +331,8 @@ def import_(
     compacted session gets back the events its archive holds and its earlier baseline
     (``restored``); any other difference refuses the import. Restored events come back in
     the feed right before the session's first remaining event, so each session's events keep
-    coming in version order (see :meth:`Storage.insert_events
-    <eventstore.storage.interface.Storage.insert_events>`). (An existing session's block is
+    coming in version order (see :meth:`Engine.write_events
+    <eventstore.engine.row_steps.RowSteps.write_events>`). (An existing session's block is
     held in memory while it is compared.)
 
     Args:
@@ -365,7 +365,7 @@ def import_(
     new_blobs: set[bytes] = set()
     rewinds = _rewinds(engine, header)
     kept_names = {r.kept_id: r.session_id for r, _ in rewinds}
-    with engine.storage.write() as tx:
+    with engine.writing() as tx:
         block: _Import | None = None
         done = 0
         for item in reader:
@@ -431,9 +431,8 @@ def _restore_rewinds(engine: Engine, tx: Any, rewinds: list[tuple[RewindRow, str
     """Write back the file's rewinds once its rows exist: each kept line is closed, marked
     as a line of the row its rewind made, and its record written; a record already here
     (the same file imported again) is left as it is."""
-    st = engine.storage
     for rec, made in rewinds:
-        kept_row, made_row = st.session(tx, id=rec.kept_id), st.session(tx, id=made)
+        kept_row, made_row = engine.find_row(tx, rec.kept_id), engine.find_row(tx, made)
         if kept_row is None or made_row is None:
             raise _bad(1, f"the rewind that kept {rec.kept_id!r} names a session the file does not hold", "rewinds")
         if (
@@ -443,14 +442,14 @@ def _restore_rewinds(engine: Engine, tx: Any, rewinds: list[tuple[RewindRow, str
             or (made_row.fork_version or 0) != rec.to_version
         ):
             raise _bad(1, f"the rewind that kept {rec.kept_id!r} does not match its sessions", "rewinds")
-        here = [r for r in st.records(tx, RewindRow, session_id=rec.session_id) if r.kept_id == rec.kept_id]
+        here = [r for r in engine.rewinds(tx, session_id=rec.session_id) if r.kept_id == rec.kept_id]
         if here:
             if (here[0].kept_pk, here[0].new_pk, here[0].to_version) != (kept_row.pk, made_row.pk, rec.to_version):
                 raise _conflict(rec.kept_id, "was kept by another rewind than the file's")
             continue
         if rec.kept_id not in created:
             raise _conflict(rec.kept_id, "is not the line the file's rewind kept")
-        st.rewind_session(
+        engine.record_rewind(
             tx,
             replace(rec, kept_pk=kept_row.pk, new_pk=made_row.pk),
             closed_at=rec.rewound_at,
@@ -475,9 +474,8 @@ class _Import:
             raise _bad(line, f"session {sid!r}: appended_to does not match the file's rewinds", "appended_to")
         self.check = _ChainCheck(meta, line, kept_names.get(sid))
         self.info = _info(engine, meta, line)
-        storage = engine.storage
         # Locked: an import that extends or restores a session serialises with its appends.
-        self.existing = storage.session(tx, id=sid, lock=True)
+        self.existing = engine.find_row(tx, sid, lock=True)
         self.parent_pk = _check_parent(engine, tx, meta)
         self.events: list[EventRow] = []  # held: an existing session's, or one chunk
         self.below: list[EventRow] = []  # a new session's events at or below its baseline
@@ -547,7 +545,7 @@ class _Import:
 
     def _flush(self) -> None:
         if self.events:
-            self.engine.storage.insert_events(self.tx, self.events)
+            self.engine.write_events(self.tx, self.events)
             self.events = []
 
     def _snapshot(self, version: int) -> None:
@@ -574,8 +572,8 @@ class _Import:
         self._flush()
         rec = _baseline_record(m, self.line, self.below)
         if rec is not None:
-            engine.storage.insert_compaction(tx, replace(rec, session_pk=self.row.pk))
-        engine.storage.update_session(tx, self.row.pk, head=(m["head"], bytes.fromhex(m["head_hash"]), m["head_turn"]))
+            engine.write_compaction(tx, replace(rec, session_pk=self.row.pk))
+        engine.move_head(tx, self.row.pk, m["head"], bytes.fromhex(m["head_hash"]), m["head_turn"])
         engine.refresh_catalogue(tx, self.row.pk)
         if self.info is not None:
             fields, changes = self.info
@@ -622,9 +620,8 @@ def _check_parent(engine: Engine, tx: Any, m: JSON) -> int | None:
     to the fork (``None`` for a root)."""
     if not m.get("parent"):
         return None
-    storage = engine.storage
     sid = m["id"]
-    prow = storage.session(tx, id=m["parent"])
+    prow = engine.find_row(tx, m["parent"])
     if prow is None:
         raise engine.missing(tx, m["parent"])
     fv = m.get("fork_version") or 0
@@ -653,7 +650,7 @@ def _snapshot_runs(
     at the fork, or the baseline snapshot).
     """
     n = engine.snapshot_every
-    fresh = engine.storage.session(tx, id=row.id) or row
+    fresh = engine.find_row(tx, row.id) or row
     run: list[EventRow] = []
     seq: list[EventRow | None] = [*rows, None]
     for e in seq:
@@ -709,7 +706,6 @@ def _merge_existing(
 ) -> tuple[str, int]:
     """Leave an existing session alone or extend it; refuse a different history."""
     m = b.meta
-    storage = engine.storage
     if row.parent_pk != parent_pk or (row.fork_version or None) != (m.get("fork_version") or None):
         raise _conflict(row.id, "holds another history than the file's")
     common = min(row.head, m["head"])
@@ -735,9 +731,9 @@ def _merge_existing(
     rows = [_with_pk(e, row.pk) for e in b.events if e.version > row.head]
     if not rows or rows[0].version != row.head + 1:
         raise _conflict(row.id, "holds another history than the file's")
-    storage.insert_events(tx, rows)
+    engine.write_events(tx, rows)
     _snapshot_runs(engine, tx, row, rows, new_blobs)
-    storage.update_session(tx, row.pk, head=(m["head"], bytes.fromhex(m["head_hash"]), m["head_turn"]))
+    engine.move_head(tx, row.pk, m["head"], bytes.fromhex(m["head_hash"]), m["head_turn"])
     engine.refresh_catalogue(tx, row.pk)
     return "extended", len(rows) + restored
 
@@ -759,7 +755,6 @@ def _restore_prefix(
         the number of events put back.
     """
     m = b.meta
-    storage = engine.storage
     fork = row.fork_version or 0
     bl = row.baseline
     mine = {e.version: e for e in b.events}
@@ -768,11 +763,11 @@ def _restore_prefix(
         raise _conflict(
             row.id, f"was compacted up to version {bl}, and the file does not lead to that state"
         )
-    present = {e.version for e in storage.read_events(tx, row.pk, after=fork, upto=bl)}
+    present = {e.version for e in engine.events(tx, row.pk, after=fork, upto=bl)}
     back = [_with_pk(e, row.pk) for e in b.events if e.version <= bl and e.version not in present]
     # In the feed, right before the session's first remaining event, not after it: each
     # session's events keep coming in version order (see docs/live.md).
-    if not storage.insert_events(tx, back, before=bl + 1):
+    if not engine.write_events(tx, back, before=bl + 1):
         raise _conflict(
             row.id,
             f"its events below version {bl + 1} cannot be put back before it in the feed's order",
@@ -781,11 +776,11 @@ def _restore_prefix(
     rec = _baseline_record(m, b.line, [e for e in b.events if e.version <= new_baseline])
     if rec is not None:
         engine.put_snapshot(tx, row.pk, new_baseline, m["baseline_state"], new_blobs)
-        if all(r.upto != new_baseline for r in storage.records(tx, CompactionRow, session_pk=row.pk)):
-            storage.insert_compaction(tx, replace(rec, session_pk=row.pk))
+        if all(r.upto != new_baseline for r in engine.compactions(tx, row.pk)):
+            engine.write_compaction(tx, replace(rec, session_pk=row.pk))
     # The compaction primitive is also how a baseline moves down: with keep_upto at the
     # head it deletes nothing, and only the baseline columns change.
-    storage.compact(
+    engine.move_baseline(
         tx,
         row.pk,
         upto=new_baseline,

@@ -34,7 +34,6 @@ from eventstore.core.rows import (
     SnapshotRow,
     TombstoneRow,
 )
-from eventstore.core.validation import MAX_VERSION
 from eventstore.engine import catalogue
 from eventstore.engine.engine import Engine, Tx
 from eventstore.engine.reads import HISTORY_CHUNK
@@ -201,19 +200,19 @@ def verify(
     notices: list[Problem] = []
     if session is None:
         rows = engine.session_rows()
-        with engine.storage.read() as tx:
-            marks = engine.storage.records(tx, TombstoneRow)
+        with engine.reading() as tx:
+            marks = engine.tombstones(tx)
         notices += [_erased(m) for m in marks]
     else:
         try:
             rows = [engine.session_row(session)]
         except SessionErased:
-            with engine.storage.read() as tx:
+            with engine.reading() as tx:
                 mark = engine.tombstone(tx, session)
             assert mark is not None
             rows, notices = [], [_erased(mark)]
-    with engine.storage.read() as tx:
-        rewinds = engine.storage.records(tx, RewindRow)
+    with engine.reading() as tx:
+        rewinds = engine.rewinds(tx)
         changes = catalogue.all_info_changes(engine, tx) if session is None else []
         info_problems = _info_drift(tx, rows, rewinds, every=session is None)
     if session is not None and rows:
@@ -306,12 +305,11 @@ def _rewound(r: RewindRow) -> Problem:
 
 def _against_checkpoint(engine: Engine, checkpoint: Checkpoint, public_key: Any) -> list[Problem]:
     """The checkpoint's findings as problems (version: the anchored head, 0 for the whole)."""
-    st = engine.storage
     heads: list[CurrentSession | ErasedSession | RewoundSession] = []
-    with st.read() as tx:
-        rows = {r.id: r for r in st.sessions(tx)}
-        marks = {m.session_id: m for m in st.records(tx, TombstoneRow)}
-        rewinds = st.records(tx, RewindRow)
+    with engine.reading() as tx:
+        rows = {r.id: r for r in engine.all_rows(tx)}
+        marks = {m.session_id: m for m in engine.tombstones(tx)}
+        rewinds = engine.rewinds(tx)
         lineages: dict[int, list[SessionRow]] = {}
 
         def held(row: SessionRow, version: int) -> bytes | None:
@@ -388,7 +386,7 @@ def hash_in_lineage(engine: Engine, tx: Tx, lineage: list[SessionRow], version: 
         return ZERO_HASH
     for seg in segments(lineage, version):
         if seg.after < version <= seg.upto:
-            return engine.storage.recorded_hash(tx, seg.session_pk, version)
+            return engine.recorded_hash(tx, seg.session_pk, version)
     return None
 
 
@@ -396,7 +394,7 @@ def _baseline_record(engine: Engine, tx: Tx, lineage: list[SessionRow]) -> list[
     """The compaction records of the lineage's sessions at the last session's baseline."""
     row = lineage[-1]
     return [
-        rec for r in reversed(lineage) for rec in engine.storage.records(tx, CompactionRow, session_pk=r.pk) if rec.upto == row.baseline
+        rec for r in reversed(lineage) for rec in engine.compactions(tx, r.pk) if rec.upto == row.baseline
     ]
 
 
@@ -430,16 +428,15 @@ def _check_baseline(engine: Engine, tx: Tx, lineage: list[SessionRow], state: St
 def _check_below_baseline(engine: Engine, tx: Tx, row: SessionRow, check: ChainCheck) -> None:
     """Event rows a compaction left below the baseline (those branches read) must be the
     ones it recorded; any other row there was forged."""
-    st = engine.storage
     fork = row.fork_version or 0
     if row.baseline <= fork:
         return
-    recs = st.records(tx, CompactionRow, session_pk=row.pk)
+    recs = engine.compactions(tx, row.pk)
     if not recs:
         return  # reported as an unrecorded baseline
     lo = fork
     while lo < row.baseline:
-        events = st.read_events(tx, row.pk, after=lo, upto=row.baseline, limit=HISTORY_CHUNK)
+        events = engine.events(tx, row.pk, after=lo, upto=row.baseline, limit=HISTORY_CHUNK)
         if not events:
             break
         for e in events:
@@ -455,8 +452,7 @@ def _check_below_baseline(engine: Engine, tx: Tx, row: SessionRow, check: ChainC
 
 def _check_one(engine: Engine, row: SessionRow) -> ChainCheck:
     try:
-        st = engine.storage
-        with st.read() as tx:
+        with engine.reading() as tx:
             lineage = engine.lineage(tx, row)
             segs = segments(lineage, row.head)
             start = row.baseline
@@ -464,7 +460,7 @@ def _check_one(engine: Engine, row: SessionRow) -> ChainCheck:
             # events and cannot be checked against them).
             snaps: dict[int, SnapshotRow] = {}
             for seg in segs:
-                for s in st.snapshots(tx, [Segment(seg.session_pk, max(seg.after, start), seg.upto)]):
+                for s in engine.stored_snapshots(tx, Segment(seg.session_pk, max(seg.after, start), seg.upto)):
                     if s.reducer_version == REDUCER_VERSION:
                         snaps[s.version] = s
             base_state = engine.state_at(tx, row, start) if start else None
@@ -475,7 +471,7 @@ def _check_one(engine: Engine, row: SessionRow) -> ChainCheck:
             for seg in segs:
                 lo = max(seg.after, start)
                 while lo < seg.upto:
-                    events = st.read_events(tx, seg.session_pk, after=lo, upto=seg.upto, limit=HISTORY_CHUNK)
+                    events = engine.events(tx, seg.session_pk, after=lo, upto=seg.upto, limit=HISTORY_CHUNK)
                     if not events:
                         break
                     for e in events:
@@ -485,9 +481,9 @@ def _check_one(engine: Engine, row: SessionRow) -> ChainCheck:
                     lo = events[-1].version
             # INSERT is allowed to the application, so rows can be forged past the head too;
             # they are outside the chain walked above and would block the next append.
-            beyond = st.read_events(tx, row.pk, after=row.head, upto=MAX_VERSION, limit=1)
+            beyond = engine.events(tx, row.pk, after=row.head, limit=1)
             check.finish(beyond[0] if beyond else None)
-            for version, held, named in st.sealed_id_mismatches(tx, row.pk):
+            for version, held, named in engine.sealed_id_mismatches(tx, row.pk):
                 check.problem(
                     version,
                     "sealed-id",

@@ -55,9 +55,8 @@ def rewind(
     v.count(expected_version, "expected_version")
     v.optional_id(actor, "actor")
     why = None if reason is None else check_reason(reason)
-    st = engine.storage
-    with st.write() as tx:
-        row = st.session(tx, id=session, lock=True)
+    with engine.writing() as tx:
+        row = engine.find_row(tx, session, lock=True)
         if row is None:
             raise engine.missing(tx, session)
         if expected_version is not None and row.head != expected_version:
@@ -69,10 +68,10 @@ def rewind(
         target = check_version(row, to)
         if target == row.head:
             return None
-        taken = [r.kept_id for r in st.records(tx, RewindRow, session_id=session)]
+        taken = [r.kept_id for r in engine.rewinds(tx, session_id=session)]
         kid = kept_id(session, taken)
         # An id of that shape made before such ids were refused, or erased: skip past it.
-        while st.session(tx, id=kid) is not None or engine.tombstone(tx, kid) is not None:
+        while engine.find_row(tx, kid) is not None or engine.tombstone(tx, kid) is not None:
             taken.append(kid)
             kid = kept_id(session, taken)
         now = now_micros()
@@ -90,7 +89,7 @@ def rewind(
         )
         # The same conversation: the new row keeps the session's creation time.
         new = engine.fork_of(tx, row, target, session, row.created_at)
-        made = st.rewind_session(tx, rec, closed_at=now, reason=kept_reason(session, target), new=new)
+        made = engine.record_rewind(tx, rec, closed_at=now, reason=kept_reason(session, target), new=new)
         assert made is not None  # a rewind (not a write-back) returns the new row
         engine.carry_catalogue(tx, row.pk, made.pk, now)
     # This process's cached head of the id is the kept line's now.
@@ -105,14 +104,13 @@ def lines(engine: Engine, session: Any) -> list[SessionInfo]:
         InvalidEvent: the id is malformed.
         SessionNotFound, SessionErased: no such session.
     """
-    st = engine.storage
-    with st.read() as tx:
+    with engine.reading() as tx:
         engine.row(tx, session)
-        recs = st.records(tx, RewindRow, session_id=session)
+        recs = engine.rewinds(tx, session_id=session)
         rows = [
             row
             for rec in recs
-            if (row := st.session(tx, id=rec.kept_id)) is not None and row.pk == rec.kept_pk
+            if (row := engine.find_row(tx, rec.kept_id)) is not None and row.pk == rec.kept_pk
         ]
-        controls = {row.pk: st.controls(tx, row.pk, with_head_event=True)[row.pk] for row in rows}
+        controls = {row.pk: engine.control(tx, row.pk, with_head_event=True) for row in rows}
         return engine.infos(tx, rows, {row.pk: row for row in rows}, controls, Rewinds(recs))

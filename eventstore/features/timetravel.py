@@ -54,7 +54,7 @@ def diff(engine: Engine, a: Any, b: Any, *, events: Any = False) -> SessionDiff:
     a = engine.validate.ref(a, "a")
     b = engine.validate.ref(b, "b")
     engine.validate.flag(events, "events")
-    with engine.storage.read() as tx:
+    with engine.reading() as tx:
         ra, rb = engine.row(tx, a[0]), engine.row(tx, b[0])
         va, vb = check_version(ra, a[1]), check_version(rb, b[1])
         base = find_base(
