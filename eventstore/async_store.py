@@ -248,16 +248,14 @@ class AsyncEventStore(StoreBase):
         plan = functools.partial(
             reads.follow_plan, self._engine, session, after=after, idle_timeout=idle_timeout, state=state
         )
-        storage = self._engine.storage
-        watcher = storage.watcher(asyncio=True)
+        watcher = self._engine.async_watcher()
         return self._followers.follower(live(plan, watcher), state, watcher.wake)
 
     def feed(self, *, after: str | None = None, idle_timeout: float | None = 1.0) -> AsyncFollower:
         """``async for`` twin of :meth:`eventstore.EventStore.feed`."""
         state = FollowState(time.time)
         plan = functools.partial(reads.feed_plan, self._engine, after=after, idle_timeout=idle_timeout, state=state)
-        storage = self._engine.storage
-        watcher = storage.watcher(asyncio=True)
+        watcher = self._engine.async_watcher()
         return self._followers.follower(live(plan, watcher), state, watcher.wake)
 
     def history(
