@@ -3,7 +3,9 @@
 The folders are the layers, and each rule below is one a newcomer can read off them:
 - `eventstore/core/` is pure: it imports nothing from the engine, features, storage or the
   facades, no database driver or migration tool, no thread, event loop or clock;
-- `eventstore/features/` go through the engine: they import nothing from storage;
+- `eventstore/features/` go through the engine: they import nothing from storage, and
+  neither they nor the facades, the explorer, the integrations or the CLI read an
+  engine's `.storage` (only the engine and storage hold the database);
 - `eventstore/storage/` moves bytes and integers: it imports nothing from the engine, the
   features, the facades, nor the core's domain modules (models, reducer, codec, diff), only
   the rows it exchanges (`core.rows`) and the error tree;
@@ -169,6 +171,42 @@ def test_the_rules_catch_a_break(layer: str) -> None:
     victim = next(iter(sources))
     sources[victim] = BREAKS[layer] + sources[victim]
     assert _layer_breaks(layer.strip(), sources) != []
+
+
+#: The folders of the package that may hold the database itself; everyone else asks the engine.
+STORAGE_HOLDERS = ("engine", "storage")
+
+
+def _around_the_engine() -> dict[Path, str]:
+    """The sources that must reach the database through the engine's operations: every
+    module of the package outside :data:`STORAGE_HOLDERS` (features, facades, explorer,
+    integrations), and the CLI."""
+    files = [p for p in sorted(PKG.rglob("*.py")) if p.relative_to(PKG).parts[0] not in STORAGE_HOLDERS]
+    return {f: f.read_text() for f in [*files, *sorted((ROOT / "cli").rglob("*.py"))]}
+
+
+def _storage_reads(sources: dict[Path, str]) -> list[str]:
+    """Every ``x.storage`` read in ``sources``: the database reached around the engine."""
+    return [
+        f"{path.relative_to(ROOT)}:{node.lineno} reads .storage"
+        for path, text in sources.items()
+        for node in ast.walk(ast.parse(text, filename=str(path)))
+        if isinstance(node, ast.Attribute) and node.attr == "storage"
+    ]
+
+
+def test_features_and_facades_reach_storage_only_through_the_engine() -> None:
+    sources = _around_the_engine()
+    assert any(p.is_relative_to(PKG / "features") for p in sources)
+    assert _storage_reads(sources) == []
+
+
+def test_the_storage_read_rule_catches_a_break() -> None:
+    """Checked by breaking it: one feature module reading ``engine.storage`` is caught."""
+    sources = _around_the_engine()
+    victim = next(p for p in sources if p.is_relative_to(PKG / "features") and p.name != "__init__.py")
+    sources[victim] += "\n\ndef rows(engine, tx):\n    return engine.storage.sessions(tx)\n"
+    assert _storage_reads(sources) != []
 
 
 def test_storage_rows_are_the_only_core_module_storage_sees() -> None:
