@@ -22,6 +22,13 @@ rounds; a ratio is the median over rounds of that round's time ÷ that round's d
 the wall-clock ratio, the CPU ratio: the CPU time of the loading thread ÷ that of the decode
 (on a machine shared by many processes a longer call is more often preempted, which inflates
 the wall-clock ratio; the CPU ratio leaves out the PostgreSQL server's share).
+
+Each worker also times the same ``orjson.loads`` of the head JSON itself, right after its
+loads, woken by a command like them: the last columns divide the loads' CPU by that decode's
+(same process, same heap, same wake-up from the pipe). The decode in this process runs
+right after a ``gc.collect()``, in a process that does nothing else between decodes: the
+code and the allocator it runs through are warmer than in a worker that has just read from a
+database.
 Every tree's head and checkout states are first compared with the reference fold.
 """
 
@@ -57,8 +64,10 @@ SEED = 20251129
 # The worker: one EventStore of whichever tree is first on sys.path; it times its own calls.
 _WORKER = r"""
 import json, sys, time
+import orjson
 from eventstore import EventStore
 store = None
+head_json = b""
 for line in sys.stdin:
     cmd = json.loads(line)
     op = cmd["op"]
@@ -75,6 +84,13 @@ for line in sys.stdin:
     elif op == "load":
         c0, t0 = time.thread_time(), time.perf_counter()
         store.load(cmd["sid"], version=cmd["version"])
+        out = {"s": time.perf_counter() - t0, "cpu": time.thread_time() - c0}
+    elif op == "head_json":
+        head_json = cmd["json"].encode()
+        out = {}
+    elif op == "decode":
+        c0, t0 = time.thread_time(), time.perf_counter()
+        orjson.loads(head_json)
         out = {"s": time.perf_counter() - t0, "cpu": time.thread_time() - c0}
     elif op == "state":
         out = {"state": store.load(cmd["sid"], version=cmd["version"]).to_json()}
@@ -98,6 +114,7 @@ def _figures(backend: str, trees: dict[str, Path], args: argparse.Namespace) -> 
         try:
             for ((name, seal), w), url in zip(workers.items(), urls):
                 w.call("open", url=url, seal=seal)
+                w.call("head_json", json=head_json.decode())
                 for i in range(0, len(turns), 20):
                     w.call("append_turns", sid="big", turns=turns[i : i + 20])
                 w.call("seal", seal=seal)
@@ -107,6 +124,7 @@ def _figures(backend: str, trees: dict[str, Path], args: argparse.Namespace) -> 
             keys = [*workers, "decode"]
             head: dict[Any, list[tuple[float, float]]] = {k: [] for k in keys}
             old: dict[Any, list[tuple[float, float]]] = {k: [] for k in workers}
+            here: dict[Any, list[tuple[float, float]]] = {k: [] for k in workers}
             for w in workers.values():  # warm-up: prepared statements, caches
                 w.call("load", sid="big", version=None)
                 w.call("load", sid="big", version=half)
@@ -122,6 +140,8 @@ def _figures(backend: str, trees: dict[str, Path], args: argparse.Namespace) -> 
                         for into, v in ((head, None), (old, half)):
                             r = workers[key].call("load", sid="big", version=v)
                             into[key].append((r["s"], r["cpu"]))
+                        r = workers[key].call("decode")
+                        here[key].append((r["s"], r["cpu"]))
         finally:
             for w in workers.values():
                 w.close()
@@ -140,6 +160,14 @@ def _figures(backend: str, trees: dict[str, Path], args: argparse.Namespace) -> 
             f[f"{what}_ms"] = statistics.median(r[0] for r in runs) * 1e3
             f[f"{what}_ratio"] = statistics.median(r[0] / d[0] for r, d in zip(runs, decode))
             f[f"{what}_cpu_ratio"] = statistics.median(r[1] / max(d[1], 1e-9) for r, d in zip(runs, decode))
+        mine = here[(name, seal)]
+        f["decode_here_cpu_ms"] = statistics.median(d[1] for d in mine) * 1e3
+        f["head_here_cpu_ratio"] = statistics.median(
+            r[1] / max(d[1], 1e-9) for r, d in zip(head[(name, seal)], mine)
+        )
+        f["checkout_here_cpu_ratio"] = statistics.median(
+            r[1] / max(d[1], 1e-9) for r, d in zip(old[(name, seal)], mine)
+        )
         out["trees"].setdefault(name, {})["sealed" if seal else "rows"] = f
     return out
 
@@ -177,8 +205,9 @@ def render(res: dict[str, Any], command: str) -> str:
         f"Machine: `{m['uname']}`, nproc {m['nproc']}, Python {m['python']}; packages {json.dumps(m['packages'])}.",
         "",
         "| backend | tree | sealed | events | state KB | decode ms | head ms | head ÷ decode (CPU) "
-        "| checkout T/2 ms | checkout ÷ decode (CPU) |",
-        "|---|---|---|--:|--:|--:|--:|--:|--:|--:|",
+        "| checkout T/2 ms | checkout ÷ decode (CPU) | worker's decode CPU ms | head ÷ worker's decode "
+        "(CPU) | checkout ÷ worker's decode (CPU) |",
+        "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for backend, r in res["backends"].items():
         for name, by_seal in r["trees"].items():
@@ -187,7 +216,9 @@ def render(res: dict[str, Any], command: str) -> str:
                     f"| {backend} | {name} | {'yes' if kind == 'sealed' else 'no'} | {r['events']:,} "
                     f"| {r['state_bytes'] / 1024:.0f} | {r['decode_ms']:.2f} | {f['head_ms']:.2f} "
                     f"| **{f['head_ratio']:.2f}** ({f['head_cpu_ratio']:.2f}) | {f['checkout_ms']:.2f} "
-                    f"| {f['checkout_ratio']:.2f} ({f['checkout_cpu_ratio']:.2f}) |"
+                    f"| {f['checkout_ratio']:.2f} ({f['checkout_cpu_ratio']:.2f}) "
+                    f"| {f['decode_here_cpu_ms']:.2f} | **{f['head_here_cpu_ratio']:.2f}** "
+                    f"| {f['checkout_here_cpu_ratio']:.2f} |"
                 )
     return "\n".join(lines) + "\n"
 
