@@ -4,6 +4,7 @@ Run (PostgreSQL comes from scripts/with-postgres)::
 
     scripts/with-postgres .venv/bin/python -m benchmarks headload            # against main's parent
     ... --baseline REV[,REV...] --backends postgresql,sqlite --rounds 41 --no-record
+    ... --pieces    # this tree only, in this process: the thread CPU of each piece of a head load
 
 One ``chat_session(200, seed=20251129)`` (≈ 17,000 events) is written one turn per append by
 each tree (this one and each ``--baseline`` revision, extracted from git and run in a worker
@@ -172,6 +173,66 @@ def _figures(backend: str, trees: dict[str, Path], args: argparse.Namespace) -> 
     return out
 
 
+def _pieces(backend: str, args: argparse.Namespace) -> dict[str, float]:
+    """Median thread CPU (ms per call) of each piece of this tree's head load, in blocks of
+    20 calls per piece, the pieces interleaved and rotating over the rounds."""
+    from eventstore import EventStore
+    from eventstore.core.appends import state_from_parts
+    from eventstore.core.codec import SnapshotCodec
+    from eventstore.core.models import SessionState
+    from eventstore.core.reducer import REDUCER_VERSION
+    from eventstore.storage import open_storage
+
+    actions = chat_session(args.turns, seed=SEED)
+    head_json = canonical(fold_json(None, actions))
+    with databases(backend, args.pg_url, 1) as (url,):
+        store = EventStore(url, seal=False)
+        store.migrate()
+        for turn in split_turns(actions):
+            store.append("big", turn)
+        storage = open_storage(url)
+        del actions
+        gc.collect()
+        fetch = lambda: storage.load_parts("big", None, REDUCER_VERSION)  # noqa: E731
+        parts = fetch()
+        assert parts is not None and parts.row is not None
+        head = parts.row.head
+        snap = SnapshotCodec.decode(parts.rest or b"{}", parts.bodies)
+
+        def load_collector_off() -> Any:
+            gc.disable()
+            try:
+                return store.load("big")
+            finally:
+                gc.enable()
+
+        pieces: dict[str, Any] = {
+            "orjson.loads of the head JSON (the baseline)": lambda: orjson.loads(head_json),
+            "load_parts (the read)": fetch,
+            "snapshot decode (LZ4, join, orjson)": lambda: SnapshotCodec.decode(parts.rest or b"{}", parts.bodies),
+            "tail: decode and fold": lambda: fold_json(snap, orjson.loads(b"[" + parts.tail + b"]")),
+            "SessionState.from_trusted": lambda: SessionState.from_trusted(snap),
+            "state_from_parts (decode + tail), parts read once": lambda: state_from_parts(parts, head),
+            "load_parts, then orjson.loads of the head JSON": lambda: (fetch(), orjson.loads(head_json)),
+            "load_parts, then state_from_parts": lambda: state_from_parts(fetch(), head),  # type: ignore[arg-type]
+            "store.load": lambda: store.load("big"),
+            "store.load with the cyclic collector off (what it costs)": load_collector_off,
+        }
+        runs: dict[str, list[float]] = {k: [] for k in pieces}
+        keys = list(pieces)
+        for i in range(args.rounds):
+            k = i % len(keys)
+            for key in keys[k:] + keys[:k]:
+                f = pieces[key]
+                c0 = time.thread_time()
+                for _ in range(20):
+                    f()
+                runs[key].append((time.thread_time() - c0) / 20)
+        storage.close()
+        store.close()
+    return {k: statistics.median(v) * 1e3 for k, v in runs.items()}
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """The figures on every backend; the baseline trees extracted to a temporary directory."""
     res: dict[str, Any] = {
@@ -231,11 +292,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--pg-url", default=os.environ.get("EVENTSTORE_TEST_PG_URL"))
     p.add_argument("--turns", type=int, default=200)
     p.add_argument("--rounds", type=int, default=41)
+    p.add_argument("--pieces", action="store_true", help="the CPU of each piece of this tree's head load")
     args = p.parse_args(list(argv or []))
     args.backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     args.baseline = [b.strip() for b in args.baseline.split(",") if b.strip()]
     if "postgresql" in args.backends and not args.pg_url:
         p.error("PostgreSQL needs --pg-url or EVENTSTORE_TEST_PG_URL (run under scripts/with-postgres)")
+    if args.pieces:
+        figures = {b: _pieces(b, args) for b in args.backends}
+        names = list(next(iter(figures.values())))
+        print("| piece | " + " | ".join(f"{b} ms | ÷ baseline" for b in figures) + " |")
+        print("|---|" + "--:|--:|" * len(figures))
+        for name in names:
+            cells = " | ".join(f"{f[name]:.3f} | {f[name] / f[names[0]]:.2f}" for f in figures.values())
+            print(f"| {name} | {cells} |")
+        return 0
     res = run(args)
     OUT.parent.mkdir(exist_ok=True)
     OUT.write_text(json.dumps(res, indent=2))
