@@ -30,6 +30,7 @@ loads, woken by a command like them: the last columns divide the loads' CPU by t
 right after a ``gc.collect()``, in a process that does nothing else between decodes: the
 code and the allocator it runs through are warmer than in a worker that has just read from a
 database.
+
 Every tree's head and checkout states are first compared with the reference fold.
 """
 
@@ -125,7 +126,7 @@ def _figures(backend: str, trees: dict[str, Path], args: argparse.Namespace) -> 
             keys = [*workers, "decode"]
             head: dict[Any, list[tuple[float, float]]] = {k: [] for k in keys}
             old: dict[Any, list[tuple[float, float]]] = {k: [] for k in workers}
-            here: dict[Any, list[tuple[float, float]]] = {k: [] for k in workers}
+            in_worker: dict[Any, list[tuple[float, float]]] = {k: [] for k in workers}
             for w in workers.values():  # warm-up: prepared statements, caches
                 w.call("load", sid="big", version=None)
                 w.call("load", sid="big", version=half)
@@ -142,7 +143,7 @@ def _figures(backend: str, trees: dict[str, Path], args: argparse.Namespace) -> 
                             r = workers[key].call("load", sid="big", version=v)
                             into[key].append((r["s"], r["cpu"]))
                         r = workers[key].call("decode")
-                        here[key].append((r["s"], r["cpu"]))
+                        in_worker[key].append((r["s"], r["cpu"]))
         finally:
             for w in workers.values():
                 w.close()
@@ -161,12 +162,12 @@ def _figures(backend: str, trees: dict[str, Path], args: argparse.Namespace) -> 
             f[f"{what}_ms"] = statistics.median(r[0] for r in runs) * 1e3
             f[f"{what}_ratio"] = statistics.median(r[0] / d[0] for r, d in zip(runs, decode))
             f[f"{what}_cpu_ratio"] = statistics.median(r[1] / max(d[1], 1e-9) for r, d in zip(runs, decode))
-        mine = here[(name, seal)]
-        f["decode_here_cpu_ms"] = statistics.median(d[1] for d in mine) * 1e3
-        f["head_here_cpu_ratio"] = statistics.median(
+        mine = in_worker[(name, seal)]
+        f["worker_decode_cpu_ms"] = statistics.median(d[1] for d in mine) * 1e3
+        f["head_worker_cpu_ratio"] = statistics.median(
             r[1] / max(d[1], 1e-9) for r, d in zip(head[(name, seal)], mine)
         )
-        f["checkout_here_cpu_ratio"] = statistics.median(
+        f["checkout_worker_cpu_ratio"] = statistics.median(
             r[1] / max(d[1], 1e-9) for r, d in zip(old[(name, seal)], mine)
         )
         out["trees"].setdefault(name, {})["sealed" if seal else "rows"] = f
@@ -278,8 +279,8 @@ def render(res: dict[str, Any], command: str) -> str:
                     f"| {r['state_bytes'] / 1024:.0f} | {r['decode_ms']:.2f} | {f['head_ms']:.2f} "
                     f"| **{f['head_ratio']:.2f}** ({f['head_cpu_ratio']:.2f}) | {f['checkout_ms']:.2f} "
                     f"| {f['checkout_ratio']:.2f} ({f['checkout_cpu_ratio']:.2f}) "
-                    f"| {f['decode_here_cpu_ms']:.2f} | **{f['head_here_cpu_ratio']:.2f}** "
-                    f"| {f['checkout_here_cpu_ratio']:.2f} |"
+                    f"| {f['worker_decode_cpu_ms']:.2f} | **{f['head_worker_cpu_ratio']:.2f}** "
+                    f"| {f['checkout_worker_cpu_ratio']:.2f} |"
                 )
     return "\n".join(lines) + "\n"
 
