@@ -4,6 +4,7 @@ Run (PostgreSQL comes from scripts/with-postgres)::
 
     scripts/with-postgres .venv/bin/python -m benchmarks headload            # against main's parent
     ... --baseline REV[,REV...] --backends postgresql,sqlite --rounds 41 --no-record
+    ... --pieces    # this tree only, in this process: the thread CPU of each piece of a head load
 
 One ``chat_session(200, seed=20251129)`` (≈ 17,000 events) is written one turn per append by
 each tree (this one and each ``--baseline`` revision, extracted from git and run in a worker
@@ -22,6 +23,14 @@ rounds; a ratio is the median over rounds of that round's time ÷ that round's d
 the wall-clock ratio, the CPU ratio: the CPU time of the loading thread ÷ that of the decode
 (on a machine shared by many processes a longer call is more often preempted, which inflates
 the wall-clock ratio; the CPU ratio leaves out the PostgreSQL server's share).
+
+Each worker also times the same ``orjson.loads`` of the head JSON itself, right after its
+loads, woken by a command like them: the last columns divide the loads' CPU by that decode's
+(same process, same heap, same wake-up from the pipe). The decode in this process runs
+right after a ``gc.collect()``, in a process that does nothing else between decodes: the
+code and the allocator it runs through are warmer than in a worker that has just read from a
+database.
+
 Every tree's head and checkout states are first compared with the reference fold.
 """
 
@@ -57,8 +66,10 @@ SEED = 20251129
 # The worker: one EventStore of whichever tree is first on sys.path; it times its own calls.
 _WORKER = r"""
 import json, sys, time
+import orjson
 from eventstore import EventStore
 store = None
+head_json = b""
 for line in sys.stdin:
     cmd = json.loads(line)
     op = cmd["op"]
@@ -75,6 +86,13 @@ for line in sys.stdin:
     elif op == "load":
         c0, t0 = time.thread_time(), time.perf_counter()
         store.load(cmd["sid"], version=cmd["version"])
+        out = {"s": time.perf_counter() - t0, "cpu": time.thread_time() - c0}
+    elif op == "head_json":
+        head_json = cmd["json"].encode()
+        out = {}
+    elif op == "decode":
+        c0, t0 = time.thread_time(), time.perf_counter()
+        orjson.loads(head_json)
         out = {"s": time.perf_counter() - t0, "cpu": time.thread_time() - c0}
     elif op == "state":
         out = {"state": store.load(cmd["sid"], version=cmd["version"]).to_json()}
@@ -98,6 +116,7 @@ def _figures(backend: str, trees: dict[str, Path], args: argparse.Namespace) -> 
         try:
             for ((name, seal), w), url in zip(workers.items(), urls):
                 w.call("open", url=url, seal=seal)
+                w.call("head_json", json=head_json.decode())
                 for i in range(0, len(turns), 20):
                     w.call("append_turns", sid="big", turns=turns[i : i + 20])
                 w.call("seal", seal=seal)
@@ -107,6 +126,7 @@ def _figures(backend: str, trees: dict[str, Path], args: argparse.Namespace) -> 
             keys = [*workers, "decode"]
             head: dict[Any, list[tuple[float, float]]] = {k: [] for k in keys}
             old: dict[Any, list[tuple[float, float]]] = {k: [] for k in workers}
+            in_worker: dict[Any, list[tuple[float, float]]] = {k: [] for k in workers}
             for w in workers.values():  # warm-up: prepared statements, caches
                 w.call("load", sid="big", version=None)
                 w.call("load", sid="big", version=half)
@@ -122,6 +142,8 @@ def _figures(backend: str, trees: dict[str, Path], args: argparse.Namespace) -> 
                         for into, v in ((head, None), (old, half)):
                             r = workers[key].call("load", sid="big", version=v)
                             into[key].append((r["s"], r["cpu"]))
+                        r = workers[key].call("decode")
+                        in_worker[key].append((r["s"], r["cpu"]))
         finally:
             for w in workers.values():
                 w.close()
@@ -140,8 +162,76 @@ def _figures(backend: str, trees: dict[str, Path], args: argparse.Namespace) -> 
             f[f"{what}_ms"] = statistics.median(r[0] for r in runs) * 1e3
             f[f"{what}_ratio"] = statistics.median(r[0] / d[0] for r, d in zip(runs, decode))
             f[f"{what}_cpu_ratio"] = statistics.median(r[1] / max(d[1], 1e-9) for r, d in zip(runs, decode))
+        mine = in_worker[(name, seal)]
+        f["worker_decode_cpu_ms"] = statistics.median(d[1] for d in mine) * 1e3
+        f["head_worker_cpu_ratio"] = statistics.median(
+            r[1] / max(d[1], 1e-9) for r, d in zip(head[(name, seal)], mine)
+        )
+        f["checkout_worker_cpu_ratio"] = statistics.median(
+            r[1] / max(d[1], 1e-9) for r, d in zip(old[(name, seal)], mine)
+        )
         out["trees"].setdefault(name, {})["sealed" if seal else "rows"] = f
     return out
+
+
+def _pieces(backend: str, args: argparse.Namespace) -> dict[str, float]:
+    """Median thread CPU (ms per call) of each piece of this tree's head load, in blocks of
+    20 calls per piece, the pieces interleaved and rotating over the rounds."""
+    from eventstore import EventStore
+    from eventstore.core.appends import state_from_parts
+    from eventstore.core.codec import SnapshotCodec
+    from eventstore.core.models import SessionState
+    from eventstore.core.reducer import REDUCER_VERSION
+    from eventstore.storage import open_storage
+
+    actions = chat_session(args.turns, seed=SEED)
+    head_json = canonical(fold_json(None, actions))
+    with databases(backend, args.pg_url, 1) as (url,):
+        store = EventStore(url, seal=False)
+        store.migrate()
+        for turn in split_turns(actions):
+            store.append("big", turn)
+        storage = open_storage(url)
+        del actions
+        gc.collect()
+        fetch = lambda: storage.load_parts("big", None, REDUCER_VERSION)  # noqa: E731
+        parts = fetch()
+        assert parts is not None and parts.row is not None
+        head = parts.row.head
+        snap = SnapshotCodec.decode(parts.rest or b"{}", parts.bodies)
+
+        def load_collector_off() -> Any:
+            gc.disable()
+            try:
+                return store.load("big")
+            finally:
+                gc.enable()
+
+        pieces: dict[str, Any] = {
+            "orjson.loads of the head JSON (the baseline)": lambda: orjson.loads(head_json),
+            "load_parts (the read)": fetch,
+            "snapshot decode (LZ4, join, orjson)": lambda: SnapshotCodec.decode(parts.rest or b"{}", parts.bodies),
+            "tail: decode and fold": lambda: fold_json(snap, orjson.loads(b"[" + parts.tail + b"]")),
+            "SessionState.from_trusted": lambda: SessionState.from_trusted(snap),
+            "state_from_parts (decode + tail), parts read once": lambda: state_from_parts(parts, head),
+            "load_parts, then orjson.loads of the head JSON": lambda: (fetch(), orjson.loads(head_json)),
+            "load_parts, then state_from_parts": lambda: state_from_parts(fetch(), head),  # type: ignore[arg-type]
+            "store.load": lambda: store.load("big"),
+            "store.load with the cyclic collector off (what it costs)": load_collector_off,
+        }
+        runs: dict[str, list[float]] = {k: [] for k in pieces}
+        keys = list(pieces)
+        for i in range(args.rounds):
+            k = i % len(keys)
+            for key in keys[k:] + keys[:k]:
+                f = pieces[key]
+                c0 = time.thread_time()
+                for _ in range(20):
+                    f()
+                runs[key].append((time.thread_time() - c0) / 20)
+        storage.close()
+        store.close()
+    return {k: statistics.median(v) * 1e3 for k, v in runs.items()}
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -177,8 +267,9 @@ def render(res: dict[str, Any], command: str) -> str:
         f"Machine: `{m['uname']}`, nproc {m['nproc']}, Python {m['python']}; packages {json.dumps(m['packages'])}.",
         "",
         "| backend | tree | sealed | events | state KB | decode ms | head ms | head ÷ decode (CPU) "
-        "| checkout T/2 ms | checkout ÷ decode (CPU) |",
-        "|---|---|---|--:|--:|--:|--:|--:|--:|--:|",
+        "| checkout T/2 ms | checkout ÷ decode (CPU) | worker's decode CPU ms | head ÷ worker's decode "
+        "(CPU) | checkout ÷ worker's decode (CPU) |",
+        "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for backend, r in res["backends"].items():
         for name, by_seal in r["trees"].items():
@@ -187,7 +278,9 @@ def render(res: dict[str, Any], command: str) -> str:
                     f"| {backend} | {name} | {'yes' if kind == 'sealed' else 'no'} | {r['events']:,} "
                     f"| {r['state_bytes'] / 1024:.0f} | {r['decode_ms']:.2f} | {f['head_ms']:.2f} "
                     f"| **{f['head_ratio']:.2f}** ({f['head_cpu_ratio']:.2f}) | {f['checkout_ms']:.2f} "
-                    f"| {f['checkout_ratio']:.2f} ({f['checkout_cpu_ratio']:.2f}) |"
+                    f"| {f['checkout_ratio']:.2f} ({f['checkout_cpu_ratio']:.2f}) "
+                    f"| {f['worker_decode_cpu_ms']:.2f} | **{f['head_worker_cpu_ratio']:.2f}** "
+                    f"| {f['checkout_worker_cpu_ratio']:.2f} |"
                 )
     return "\n".join(lines) + "\n"
 
@@ -200,11 +293,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--pg-url", default=os.environ.get("EVENTSTORE_TEST_PG_URL"))
     p.add_argument("--turns", type=int, default=200)
     p.add_argument("--rounds", type=int, default=41)
+    p.add_argument("--pieces", action="store_true", help="the CPU of each piece of this tree's head load")
     args = p.parse_args(list(argv or []))
     args.backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     args.baseline = [b.strip() for b in args.baseline.split(",") if b.strip()]
     if "postgresql" in args.backends and not args.pg_url:
         p.error("PostgreSQL needs --pg-url or EVENTSTORE_TEST_PG_URL (run under scripts/with-postgres)")
+    if args.pieces:
+        figures = {b: _pieces(b, args) for b in args.backends}
+        names = list(next(iter(figures.values())))
+        print("| piece | " + " | ".join(f"{b} ms | ÷ baseline" for b in figures) + " |")
+        print("|---|" + "--:|--:|" * len(figures))
+        for name in names:
+            cells = " | ".join(f"{f[name]:.3f} | {f[name] / f[names[0]]:.2f}" for f in figures.values())
+            print(f"| {name} | {cells} |")
+        return 0
     res = run(args)
     OUT.parent.mkdir(exist_ok=True)
     OUT.write_text(json.dumps(res, indent=2))
