@@ -156,15 +156,15 @@ def _listed_cols(interruption: Any) -> tuple[Any, ...]:
             e.payload == interruption,
         )
     )
-    return (*_ROW_COLS, parent_id, interrupted)
+    return (*_ROW_COLS, parent_id.label("parent_id"), interrupted.label("interrupted"))
 
 
 _LISTED_COLS = _listed_cols(bindparam("interruption", type_=LargeBinary))
 
 
 def _row(r: Any) -> CatalogueRow:
-    # Listed rows carry the parent's id and ``interrupted`` (SQLite: 0 or 1) last.
-    return CatalogueRow(*r)
+    # By name: listed rows also carry the parent's id and ``interrupted`` (SQLite: 0 or 1).
+    return CatalogueRow(**r._asdict())
 
 
 def _metadata_match(dialect: str, i: int) -> Any:
@@ -281,7 +281,7 @@ def rows_by_pk(tx: Tx, pks: Sequence[int]) -> dict[int, CatalogueRow]:
     """The catalogue rows of these sessions."""
     if not pks:
         return {}
-    return {r[0]: _row(r) for r in tx.execute(select(*_ROW_COLS).where(s.pk.in_(list(pks)))).all()}
+    return {r.pk: _row(r) for r in tx.execute(select(*_ROW_COLS).where(s.pk.in_(list(pks)))).all()}
 
 
 def row_by_id(tx: Tx, session_id: str, interruption: bytes = b"") -> CatalogueRow | None:
@@ -294,7 +294,7 @@ def row_by_id(tx: Tx, session_id: str, interruption: bytes = b"") -> CatalogueRo
 
 def all_rows(tx: Tx) -> dict[int, CatalogueRow]:
     """Every session's catalogue row, by pk."""
-    return {r[0]: _row(r) for r in tx.execute(select(*_ROW_COLS)).all()}
+    return {r.pk: _row(r) for r in tx.execute(select(*_ROW_COLS)).all()}
 
 
 def set_info(

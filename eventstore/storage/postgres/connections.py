@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+from psycopg.rows import namedtuple_row
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.util import await_
 
@@ -294,6 +295,14 @@ class _AwaitedCursor:
     def rowcount(self) -> int:
         return int(self._cur.rowcount)
 
+    @property
+    def row_factory(self) -> Any:
+        return self._cur.row_factory
+
+    @row_factory.setter
+    def row_factory(self, factory: Any) -> None:
+        self._cur.row_factory = factory
+
     def execute(self, query: str, params: Any = None, **options: Any) -> _AwaitedCursor:
         await_(self._cur.execute(query, params, **options))
         return self
@@ -354,8 +363,9 @@ class Connections(SqlStorage):
             raise DisconnectionError(f"the pooled connection is dead: {exc}") from exc
 
     @contextmanager
-    def _autocommit(self, *, hot: bool) -> Iterator[Any]:
-        """A psycopg cursor in autocommit, for one statement.
+    def _autocommit(self, *, hot: bool, named: bool = False) -> Iterator[Any]:
+        """A psycopg cursor in autocommit, for one statement (``named``: its rows are
+        named tuples of the result's column names).
 
         A single statement is atomic and sees one snapshot of the database: autocommit
         spares the BEGIN and COMMIT round trips. It runs on a hot connection (see
@@ -366,6 +376,8 @@ class Connections(SqlStorage):
         conn = self._hot_pool.get(suspect_before=self._suspect_before, ping=not hot)
         if conn is not None:
             with self._hot_cursor(conn) as cur:
+                if named:
+                    cur.row_factory = namedtuple_row
                 yield cur
             return
         # Only the sync pool hands out none (more threads than pool_size): a pooled one.
@@ -379,6 +391,8 @@ class Connections(SqlStorage):
             pg.autocommit = True
             try:
                 with pg.cursor() as cur:  # a psycopg cursor: binary=, %b, prepare=
+                    if named:
+                        cur.row_factory = namedtuple_row
                     yield cur
             finally:
                 if not (pg.closed or pg.broken):  # a broken one is replaced at checkout
@@ -398,7 +412,7 @@ class Connections(SqlStorage):
             q = self._q_shapes.setdefault(key, Compiled(stmt, self.engine.dialect))
         with self._errors(), self._autocommit(hot=True) as cur:
             cur.execute(q.sql, q.args(params))
-            return list(cur.fetchall())
+            return list(map(q.row._make, cur.fetchall()))
 
     def fetch_one(self, q: Compiled, params: Mapping[str, Any] | None = None) -> Any:
         """The first row of one compiled statement, run alone in autocommit (``None``: no row).
@@ -408,7 +422,8 @@ class Connections(SqlStorage):
         """
         with self._errors(), self._autocommit(hot=True) as cur:
             cur.execute(q.sql, q.args(params or {}))
-            return cur.fetchone()
+            r = cur.fetchone()
+        return None if r is None else q.row._make(r)
 
     @contextmanager
     def _hot_cursor(self, conn: Any) -> Iterator[Any]:

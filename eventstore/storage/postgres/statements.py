@@ -215,8 +215,8 @@ BAND_SETTINGS = "SET LOCAL enable_seqscan = off"
 
 def feed_barrier_stmt() -> Any:
     """The barrier, and whether committed rows wait at or above it — in one snapshot."""
-    b = select(snapshot_xmin().label("x")).subquery("b")
-    return select(b.c.x, exists().where(events.c.xact >= b.c.x))
+    b = select(snapshot_xmin().label("below")).subquery("b")
+    return select(b.c.below, exists().where(events.c.xact >= b.c.below).label("pending"))
 
 
 # A root session's load in one round trip: the session row, its newest usable snapshot

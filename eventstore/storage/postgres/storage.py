@@ -166,7 +166,7 @@ class PostgresStorage(HotAppends, HotLoads):
 
     def feed_barrier(self, tx: Tx) -> FeedBarrier:
         r = self._fetchone(tx, self._q_feed_barrier, {})
-        return FeedBarrier(int(r[0]), bool(r[1]))
+        return FeedBarrier(int(r.below), bool(r.pending))
 
     def _feed_barrier(self) -> Any:
         return snapshot_xmin()
@@ -187,7 +187,7 @@ class PostgresStorage(HotAppends, HotLoads):
                 # Taken without the pre-ping, like an append's: a connection that died in
                 # the pool just before (not yet seen as dead) fails the first attempt, and
                 # the read, which changes nothing, is sent once more on a checked one.
-                with self._errors(), self._autocommit(hot=True) as cur:
+                with self._errors(), self._autocommit(hot=True, named=True) as cur:
                     cur.execute(sql)
                     cur.nextset()
                     rows = cur.fetchall()

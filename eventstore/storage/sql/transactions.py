@@ -12,7 +12,7 @@ from sqlalchemy import Connection, Engine, bindparam, inspect, select
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.util import await_only
 
-from eventstore.core.rows import SessionRow
+from eventstore.core.rows import FeedRow, SessionRow
 from eventstore.errors import ConcurrencyError, EventStoreError, SchemaError, StorageError
 from eventstore.storage.interface import AsyncChangeWatcher, ChangeWatcher, EventIdRace, Storage, Tx
 from eventstore.storage.schema import VERSION_TABLE, sessions, snapshot_blobs, snapshots
@@ -81,7 +81,7 @@ class SqlTransactions(Sealing, Storage):
         self._q_set_head = Compiled(S_SET_HEAD, d)
         self._q_move_head = Compiled(S_MOVE_HEAD, d)
         self._q_insert_events = Compiled(insert_events_stmt(self._new_xact()), d)
-        self._q_feed = Compiled(read_feed_stmt(), d)
+        self._q_feed = Compiled(read_feed_stmt(), d, row=FeedRow)
         self._q_band = (
             Compiled(read_band_stmt(self._feed_barrier()), d) if self.feed_banded else None
         )
@@ -264,19 +264,33 @@ class SqlTransactions(Sealing, Storage):
 
     @staticmethod
     def _fetchall(tx: Tx, q: Compiled, params: Mapping[str, Any]) -> list[Any]:
+        """Every row of ``q``, read by name (``q.row``)."""
         cur = tx.connection.cursor()
         try:
             cur.execute(q.sql, q.args(params))
-            return list(cur.fetchall())
+            return list(map(q.row._make, cur.fetchall()))
         finally:
             cur.close()
 
     @staticmethod
     def _fetchone(tx: Tx, q: Compiled, params: Mapping[str, Any]) -> Any:
+        """The first row of ``q``, read by name (``q.row``), or ``None``."""
         cur = tx.connection.cursor()
         try:
             cur.execute(q.sql, q.args(params))
-            return cur.fetchone()
+            r = cur.fetchone()
+            return None if r is None else q.row._make(r)
+        finally:
+            cur.close()
+
+    @staticmethod
+    def _fetchcolumn(tx: Tx, q: Compiled, params: Mapping[str, Any]) -> list[Any]:
+        """The values of a one-column statement (its rows need no names)."""
+        assert len(q.row._fields) == 1, "a statement of one column"
+        cur = tx.connection.cursor()
+        try:
+            cur.execute(q.sql, q.args(params))
+            return [r for (r,) in cur.fetchall()]
         finally:
             cur.close()
 
