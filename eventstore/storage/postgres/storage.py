@@ -116,6 +116,7 @@ class PostgresStorage(HotAppends, HotLoads):
         event.listen(engine, "checkout", self._on_checkout)
         super().__init__(engine, url)
         self._q_feed_barrier = Compiled(feed_barrier_stmt(), engine.dialect)
+        self._append_queries()
 
     def _migration_options(self, conn: Connection) -> dict[str, Any]:
         return migration_options(conn, self.partitions, self.safe_url)

@@ -35,6 +35,7 @@ __all__ = [
     "read_band_stmt",
     "ordered_blobs_stmt",
     "session_row",
+    "upsert_snapshot",
 ]
 
 # SQLite's default limit is 32766 bound parameters; stay far below it.
@@ -288,6 +289,19 @@ S_SNAPSHOTS_RANGE = (
     )
     .order_by(snapshots.c.version)
 )
+
+
+def upsert_snapshot(stmt: Any) -> Any:
+    """An INSERT into snapshots (the dialect's, with ON CONFLICT) that replaces a row with
+    the same key."""
+    return stmt.on_conflict_do_update(
+        index_elements=[snapshots.c.session_pk, snapshots.c.version],
+        set_={
+            "reducer_version": stmt.excluded.reducer_version,
+            "rest": stmt.excluded.rest,
+            "message_digests": stmt.excluded.message_digests,
+        },
+    )
 
 
 def ordered_blobs_stmt() -> Any:

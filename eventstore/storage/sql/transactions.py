@@ -40,6 +40,7 @@ from eventstore.storage.sql.statements import (
     read_band_stmt,
     read_feed_stmt,
     session_row,
+    upsert_snapshot,
 )
 from eventstore.storage.urls import mask_url
 from eventstore.storage.watch import AsyncProbe, Notifier, Probe, Signal
@@ -140,15 +141,7 @@ class SqlTransactions(Sealing, Storage):
 
     def _upsert_snapshot(self) -> Any:
         """An INSERT into snapshots that replaces a row with the same key."""
-        stmt = self._insert(snapshots)
-        return stmt.on_conflict_do_update(
-            index_elements=[snapshots.c.session_pk, snapshots.c.version],
-            set_={
-                "reducer_version": stmt.excluded.reducer_version,
-                "rest": stmt.excluded.rest,
-                "message_digests": stmt.excluded.message_digests,
-            },
-        )
+        return upsert_snapshot(self._insert(snapshots))
 
     def _new_xact(self) -> Any:
         """The feed number of an inserted event, as a SQL expression over its bound
