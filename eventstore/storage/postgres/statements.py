@@ -17,13 +17,16 @@ from sqlalchemy import (
     exists,
     func,
     insert,
+    literal,
     literal_column,
     null,
     select,
     true,
     update,
 )
+from sqlalchemy.dialects.postgresql import OID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 
 from eventstore.core.rows import DIGEST_SIZE
 from eventstore.storage.catalogue import EFFECT_TYPES, catalogue_values
@@ -41,6 +44,7 @@ __all__ = [
     "LOAD",
     "LOAD_BY_KEY",
     "BAND_SETTINGS",
+    "set_config",
     "MIGRATION_LOCK",
     "snapshot_xmin",
     "feed_barrier_stmt",
@@ -50,6 +54,7 @@ __all__ = [
 MIGRATION_LOCK = 0x4E5F_7A31
 
 _P = bindparam
+_PG = psycopg_dialect()
 
 
 #: The default of ``events.xact`` (revision 0003): the writing transaction's id. It is the
@@ -61,12 +66,28 @@ FEED_XACT = "(pg_current_xact_id()::text)::bigint"
 
 #: The channel followers listen on, for the events table the search path finds: it names
 #: the table by its OID, so stores on different schemas of one server wake only their own.
-_FEED_CHANNEL = "SELECT 'eventstore_' || to_regclass('events')::oid::text"
+_FEED_CHANNEL = select(
+    literal("eventstore_", Text).concat(
+        cast(cast(func.to_regclass(literal("events", Text)), OID), Text)
+    ).label("channel")
+)
 
 
 def feed_channel() -> str:
-    """The statement that names the notification channel of this schema's events table."""
-    return _FEED_CHANNEL
+    """The statement that names the notification channel of this schema's events table
+    (its text, for psycopg connections of their own)."""
+    return _literal_sql(_FEED_CHANNEL)
+
+
+def _literal_sql(stmt: Any) -> str:
+    """A statement without parameters, its values inlined (a query string on its own)."""
+    return str(stmt.compile(dialect=_PG, compile_kwargs={"literal_binds": True}))
+
+
+def set_config(name: str, value: str, *, local: bool = False) -> str:
+    """The statement that sets a server setting (``local``: until the transaction ends, as
+    SET LOCAL does), as a query string of its own."""
+    return _literal_sql(select(func.set_config(literal(name, Text), literal(value, Text), local)))
 
 
 # The session key of a hot statement, for its scans of `events` and `snapshots`: on
@@ -297,7 +318,7 @@ def snapshot_xmin() -> Any:
 
 #: A band is always an index range, but the planner knows it only from statistics: on a
 #: table not analysed yet it would read the whole table for every page.
-BAND_SETTINGS = "SET LOCAL enable_seqscan = off"
+BAND_SETTINGS = set_config("enable_seqscan", "off", local=True)
 
 
 def feed_barrier_stmt() -> Any:

@@ -8,7 +8,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Connection, Engine, bindparam, inspect, select
+from sqlalchemy import Connection, Engine, bindparam, column, inspect, select, table
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.util import await_only
 
@@ -350,10 +350,7 @@ class SqlTransactions(Sealing, Storage):
         with self._errors(), self.engine.connect() as conn:
             if not inspect(conn).has_table(VERSION_TABLE):
                 return None
-            rev = conn.exec_driver_sql(
-                # A constant identifier from schema.py, not user input.
-                "SELECT version_num FROM " + VERSION_TABLE
-            ).scalar()
+            rev = conn.execute(select(column("version_num")).select_from(table(VERSION_TABLE))).scalar()
             return None if rev is None else str(rev)
 
 
