@@ -10,6 +10,7 @@ from eventstore.storage.catalogue import effect_params
 from eventstore.storage.postgres.connections import Connections
 from eventstore.storage.postgres.statements import append_batches_stmt, append_stmt, compile_hot
 from eventstore.storage.sql import Compiled
+from eventstore.storage.sql.statements import head_move_params
 
 __all__ = ["HotAppends"]
 
@@ -61,13 +62,7 @@ class HotAppends(Connections):
         if len(rows) == 1 and not snapshots and not blobs:
             return self._append_one(session_pk, old_head, old_hash, first, head_turn, effect)
         params = {
-            **effect_params(effect),
-            "p_pk": session_pk,
-            "p_old_head": old_head,
-            "p_old_hash": old_hash,
-            "p_head": rows[-1].version,
-            "p_hash": rows[-1].hash,
-            "p_turn": head_turn,
+            **head_move_params(session_pk, old_head, old_hash, rows[-1], head_turn, effect),
             "recorded_at": first.recorded_at,
             "actor": first.actor,
             "metadata": first.metadata,
@@ -145,13 +140,7 @@ class HotAppends(Connections):
         effect: CatalogueEffect | None = None,
     ) -> bool:
         params = {
-            **effect_params(effect),
-            "p_pk": session_pk,
-            "p_old_head": old_head,
-            "p_old_hash": old_hash,
-            "p_head": row.version,
-            "p_hash": row.hash,
-            "p_turn": head_turn,
+            **head_move_params(session_pk, old_head, old_hash, row, head_turn, effect),
             "event_id": row.event_id,
             "type": row.type,
             "payload": row.payload,

@@ -26,6 +26,7 @@ from eventstore.storage.sql.statements import (
     SESSION_COLS,
     WITH_HEAD_EVENT,
     chunks,
+    head_move_params,
     session_row,
 )
 from eventstore.storage.sql.transactions import SqlTransactions
@@ -156,19 +157,8 @@ class SessionWrites(SqlTransactions):
         head_turn: int,
         effect: CatalogueEffect | None = None,
     ) -> bool:
-        cur = self._run(
-            tx,
-            self._q_move_head,
-            {
-                "p_pk": session_pk,
-                "p_old_head": old_head,
-                "p_old_hash": old_hash,
-                "p_head": rows[-1].version,
-                "p_hash": rows[-1].hash,
-                "p_turn": head_turn,
-                **effect_params(effect),
-            },
-        )
+        params = head_move_params(session_pk, old_head, old_hash, rows[-1], head_turn, effect)
+        cur = self._run(tx, self._q_move_head, params)
         moved = bool(cur.rowcount == 1)
         cur.close()
         if moved:

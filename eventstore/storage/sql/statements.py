@@ -23,12 +23,13 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.expression import SelectBase
 
-from eventstore.core.rows import DIGEST_SIZE, SessionRow
-from eventstore.storage.catalogue import CATALOGUE_VALUES
+from eventstore.core.rows import DIGEST_SIZE, CatalogueEffect, EventRow, SessionRow
+from eventstore.storage.catalogue import CATALOGUE_VALUES, effect_params
 from eventstore.storage.schema import EVENT_COLUMNS, events, sessions, snapshot_blobs, snapshots
 
 __all__ = [
     "chunks",
+    "head_move_params",
     "Compiled",
     "insert_events_stmt",
     "read_feed_stmt",
@@ -130,6 +131,29 @@ S_MOVE_HEAD = (
     )
     .values(head=_P("p_head"), head_hash=_P("p_hash"), head_turn=_P("p_turn"), **CATALOGUE_VALUES)
 )
+
+
+def head_move_params(
+    session_pk: int,
+    old_head: int,
+    old_hash: bytes,
+    last: EventRow,
+    head_turn: int,
+    effect: CatalogueEffect | None,
+) -> dict[str, Any]:
+    """The parameters of :data:`S_MOVE_HEAD` (and of the statements built on it): move the
+    head of ``session_pk`` from ``old_head`` to the event ``last``, with the catalogue's
+    ``effect``."""
+    return {
+        "p_pk": session_pk,
+        "p_old_head": old_head,
+        "p_old_hash": old_hash,
+        "p_head": last.version,
+        "p_hash": last.hash,
+        "p_turn": head_turn,
+        **effect_params(effect),
+    }
+
 
 def insert_events_stmt(xact: Any) -> Any:
     """The INSERT of one event row, its columns bound by name and ``xact`` given by the
