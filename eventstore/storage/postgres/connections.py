@@ -12,7 +12,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-from psycopg.rows import namedtuple_row
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.util import await_
 
@@ -363,9 +362,9 @@ class Connections(SqlStorage):
             raise DisconnectionError(f"the pooled connection is dead: {exc}") from exc
 
     @contextmanager
-    def _autocommit(self, *, hot: bool, named: bool = False) -> Iterator[Any]:
-        """A psycopg cursor in autocommit, for one statement (``named``: its rows are
-        named tuples of the result's column names).
+    def _autocommit(self, *, hot: bool) -> Iterator[Any]:
+        """A psycopg cursor in autocommit, for one statement (its ``row_factory`` settable:
+        ``namedtuple_row`` names the rows by the result's columns).
 
         A single statement is atomic and sees one snapshot of the database: autocommit
         spares the BEGIN and COMMIT round trips. It runs on a hot connection (see
@@ -376,8 +375,6 @@ class Connections(SqlStorage):
         conn = self._hot_pool.get(suspect_before=self._suspect_before, ping=not hot)
         if conn is not None:
             with self._hot_cursor(conn) as cur:
-                if named:
-                    cur.row_factory = namedtuple_row
                 yield cur
             return
         # Only the sync pool hands out none (more threads than pool_size): a pooled one.
@@ -391,8 +388,6 @@ class Connections(SqlStorage):
             pg.autocommit = True
             try:
                 with pg.cursor() as cur:  # a psycopg cursor: binary=, %b, prepare=
-                    if named:
-                        cur.row_factory = namedtuple_row
                     yield cur
             finally:
                 if not (pg.closed or pg.broken):  # a broken one is replaced at checkout

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg.rows import namedtuple_row
 
 from eventstore.core.rows import LoadParts, NewSession, SessionRow
 from eventstore.storage.interface import Tx
@@ -104,7 +105,8 @@ class HotLoads(Connections):
         """The one row of :data:`LOAD` (or :data:`LOAD_BY_KEY` when ``params`` name the
         session's key), on a hot autocommit connection (see :meth:`_autocommit`)."""
         sql = LOAD if params["pk"] is None else LOAD_BY_KEY
-        with self._autocommit(hot=hot, named=True) as cur:
+        with self._autocommit(hot=hot) as cur:
+            cur.row_factory = namedtuple_row
             # Prepared at its first use on a connection, not the sixth: a cold load then
             # skips parsing and analysing the statement every time.
             cur.execute(sql, params, binary=True, prepare=self._prepare_load or None)

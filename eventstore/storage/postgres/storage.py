@@ -8,6 +8,7 @@ from functools import partial
 from typing import Any
 
 import psycopg
+from psycopg.rows import namedtuple_row
 from sqlalchemy import Connection, bindparam, create_engine, event, func, literal_column, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import make_url
@@ -188,7 +189,8 @@ class PostgresStorage(HotAppends, HotLoads):
                 # Taken without the pre-ping, like an append's: a connection that died in
                 # the pool just before (not yet seen as dead) fails the first attempt, and
                 # the read, which changes nothing, is sent once more on a checked one.
-                with self._errors(), self._autocommit(hot=True, named=True) as cur:
+                with self._errors(), self._autocommit(hot=True) as cur:
+                    cur.row_factory = namedtuple_row
                     cur.execute(sql)
                     cur.nextset()
                     rows = cur.fetchall()

@@ -107,7 +107,8 @@ def _named(names: tuple[str, ...]) -> Any:
     """One named tuple type per tuple of column names."""
     t = _NAMED.get(names)
     if t is None:
-        t = _NAMED.setdefault(names, namedtuple("Row", names))  # type: ignore[misc]
+        # rename: a column without a name (an unlabelled expression) is read by unpacking.
+        t = _NAMED.setdefault(names, namedtuple("Row", names, rename=True))  # type: ignore[misc]
     return t
 
 
