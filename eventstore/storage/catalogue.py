@@ -4,9 +4,8 @@ The columns every head move keeps, a page of sessions, and the ``set_info`` reco
 
 The catalogue columns (``status``, ``first_text``, ``updated_at``) change with the head, in
 the statement that moves it (see :mod:`eventstore.core.catalogue` for why the write needs
-no fold): :data:`CATALOGUE_VALUES` is that part of the statement for the Core statements,
-:data:`PG_CATALOGUE_SET` for PostgreSQL's hand-written ones, both fed by
-:func:`effect_params`.
+no fold): :func:`catalogue_values` declares that part of the statement once, and
+:data:`CATALOGUE_VALUES` is it fed by the parameters of :func:`effect_params`.
 
 A page (:func:`page`) reads one of the sessions indexes in order from the cursor's key:
 ``recent`` walks ``(owner,) updated_at DESC, id``, ``created`` ``(owner,) created_at, id``;
@@ -44,7 +43,8 @@ from eventstore.storage.schema import events, info_changes, sessions
 
 __all__ = [
     "CATALOGUE_VALUES",
-    "PG_CATALOGUE_SET",
+    "EFFECT_TYPES",
+    "catalogue_values",
     "effect_params",
     "apply_effect",
     "page",
@@ -62,29 +62,39 @@ __all__ = [
 
 s = sessions.c
 
-#: The catalogue part of a head-moving UPDATE (SET expressions read the old row).
-CATALOGUE_VALUES: dict[str, Any] = {
-    "updated_at": func.coalesce(bindparam("c_updated", type_=BigInteger), s.updated_at),
-    "status": case(
-        (s.first_text.is_not(None), func.coalesce(bindparam("c_st_u", type_=Text), s.status)),
-        else_=func.coalesce(bindparam("c_st_n", type_=Text), s.status),
-    ),
-    "first_text": case(
-        (bindparam("c_reset", type_=Integer) == 1, bindparam("c_text", type_=Text)),
-        else_=func.coalesce(s.first_text, bindparam("c_text", type_=Text)),
-    ),
-}
+def catalogue_values(effect: Mapping[str, Any]) -> dict[str, Any]:
+    """The catalogue part of a head-moving UPDATE of ``sessions`` (SET expressions read the
+    old row), given the SQL expressions of the effect's values by the names of
+    :func:`effect_params` (its parameters, or the columns a statement reads them from)."""
+    return {
+        "updated_at": func.coalesce(effect["c_updated"], s.updated_at),
+        "status": case(
+            (s.first_text.is_not(None), func.coalesce(effect["c_st_u"], s.status)),
+            else_=func.coalesce(effect["c_st_n"], s.status),
+        ),
+        "first_text": case(
+            (effect["c_reset"] == 1, effect["c_text"]),
+            else_=func.coalesce(s.first_text, effect["c_text"]),
+        ),
+    }
 
-#: The same for PostgreSQL's hand-written statements on ``sessions`` (no alias).
-PG_CATALOGUE_SET = """updated_at = coalesce(%(c_updated)s::bigint, updated_at),
-        status = CASE WHEN first_text IS NOT NULL THEN coalesce(%(c_st_u)s::text, status)
-                      ELSE coalesce(%(c_st_n)s::text, status) END,
-        first_text = CASE WHEN %(c_reset)s::int = 1 THEN %(c_text)s::text
-                          ELSE coalesce(first_text, %(c_text)s::text) END"""
+
+#: The effect's values as a statement's parameters.
+EFFECT_TYPES: dict[str, Any] = {
+    "c_updated": BigInteger,
+    "c_st_u": Text,
+    "c_st_n": Text,
+    "c_reset": Integer,
+    "c_text": Text,
+}
+#: The catalogue part of a head-moving UPDATE, fed by :func:`effect_params`.
+CATALOGUE_VALUES: dict[str, Any] = catalogue_values(
+    {k: bindparam(k, type_=t) for k, t in EFFECT_TYPES.items()}
+)
 
 
 def effect_params(e: CatalogueEffect | None) -> dict[str, Any]:
-    """The parameters of :data:`CATALOGUE_VALUES` / :data:`PG_CATALOGUE_SET`."""
+    """The parameters of :data:`CATALOGUE_VALUES`."""
     e = e or NO_EFFECT
     return {
         "c_updated": e.updated_at,
@@ -156,15 +166,15 @@ def _listed_cols(interruption: Any) -> tuple[Any, ...]:
             e.payload == interruption,
         )
     )
-    return (*_ROW_COLS, parent_id, interrupted)
+    return (*_ROW_COLS, parent_id.label("parent_id"), interrupted.label("interrupted"))
 
 
 _LISTED_COLS = _listed_cols(bindparam("interruption", type_=LargeBinary))
 
 
 def _row(r: Any) -> CatalogueRow:
-    # Listed rows carry the parent's id and ``interrupted`` (SQLite: 0 or 1) last.
-    return CatalogueRow(*r)
+    # By name: listed rows also carry the parent's id and ``interrupted`` (SQLite: 0 or 1).
+    return CatalogueRow(**r._asdict())
 
 
 def _metadata_match(dialect: str, i: int) -> Any:
@@ -281,7 +291,7 @@ def rows_by_pk(tx: Tx, pks: Sequence[int]) -> dict[int, CatalogueRow]:
     """The catalogue rows of these sessions."""
     if not pks:
         return {}
-    return {r[0]: _row(r) for r in tx.execute(select(*_ROW_COLS).where(s.pk.in_(list(pks)))).all()}
+    return {r.pk: _row(r) for r in tx.execute(select(*_ROW_COLS).where(s.pk.in_(list(pks)))).all()}
 
 
 def row_by_id(tx: Tx, session_id: str, interruption: bytes = b"") -> CatalogueRow | None:
@@ -294,7 +304,7 @@ def row_by_id(tx: Tx, session_id: str, interruption: bytes = b"") -> CatalogueRo
 
 def all_rows(tx: Tx) -> dict[int, CatalogueRow]:
     """Every session's catalogue row, by pk."""
-    return {r[0]: _row(r) for r in tx.execute(select(*_ROW_COLS)).all()}
+    return {r.pk: _row(r) for r in tx.execute(select(*_ROW_COLS)).all()}
 
 
 def set_info(

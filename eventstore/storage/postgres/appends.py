@@ -8,12 +8,9 @@ from typing import Any
 from eventstore.core.rows import CatalogueEffect, EventRow, SnapshotRow, TurnBatch
 from eventstore.storage.catalogue import effect_params
 from eventstore.storage.postgres.connections import Connections
-from eventstore.storage.postgres.statements import (
-    APPEND_BATCHES,
-    APPEND_FAST,
-    APPEND_FAST_NO_SNAPSHOT,
-    APPEND_ONE,
-)
+from eventstore.storage.postgres.statements import append_batches_stmt, append_stmt, compile_hot
+from eventstore.storage.sql import Compiled
+from eventstore.storage.sql.statements import head_move_params
 
 __all__ = ["HotAppends"]
 
@@ -26,6 +23,19 @@ def _effect_arrays(batches: Sequence[TurnBatch]) -> dict[str, list[Any]]:
 
 class HotAppends(Connections):
     """The append paths of :class:`~eventstore.storage.postgres.PostgresStorage`."""
+
+    _q_append_one: Compiled
+    _q_append_rows: Compiled
+    _q_append_snapshots: Compiled
+    _q_append_batches: Compiled
+
+    def _append_queries(self) -> None:
+        """Compile the append statement's variants (:func:`append_stmt`) once."""
+        d = self.engine.dialect
+        self._q_append_one = compile_hot(append_stmt(rows=False, snapshots=False), d)
+        self._q_append_rows = compile_hot(append_stmt(rows=True, snapshots=False), d)
+        self._q_append_snapshots = compile_hot(append_stmt(rows=True, snapshots=True), d)
+        self._q_append_batches = compile_hot(append_batches_stmt(), d)
 
     def _append_fast(
         self,
@@ -52,13 +62,7 @@ class HotAppends(Connections):
         if len(rows) == 1 and not snapshots and not blobs:
             return self._append_one(session_pk, old_head, old_hash, first, head_turn, effect)
         params = {
-            **effect_params(effect),
-            "pk": session_pk,
-            "old_head": old_head,
-            "old_hash": old_hash,
-            "head": rows[-1].version,
-            "hash": rows[-1].hash,
-            "turn": head_turn,
+            **head_move_params(session_pk, old_head, old_hash, rows[-1], head_turn, effect),
             "recorded_at": first.recorded_at,
             "actor": first.actor,
             "metadata": first.metadata,
@@ -68,15 +72,15 @@ class HotAppends(Connections):
             "turns": [r.turn for r in rows],
             "payloads": [r.payload for r in rows],
             "hashes": [r.hash for r in rows],
-            "digests": list(blobs),
-            "bodies": list(blobs.values()),
+            "b_digests": list(blobs),
+            "b_bodies": list(blobs.values()),
             "s_versions": [n.version for n in snapshots],
             "s_reducers": [n.reducer_version for n in snapshots],
             "s_rests": [n.rest for n in snapshots],
             "s_digests": [n.message_digests for n in snapshots],
         }
-        sql = APPEND_FAST if snapshots or blobs else APPEND_FAST_NO_SNAPSHOT
-        return self._run_hot(sql, params, binary=True) == len(rows)
+        q = self._q_append_snapshots if snapshots or blobs else self._q_append_rows
+        return self._run_hot(q, params, binary=True) == len(rows)
 
     def _append_batches(self, batches: Sequence[TurnBatch]) -> list[bool]:
         if not batches:
@@ -118,7 +122,8 @@ class HotAppends(Connections):
         }
         with self._errors(), self._autocommit(hot=True) as cur:
             # Prepared: planning this statement costs about as much as running it.
-            cur.execute(APPEND_BATCHES, params, binary=True, prepare=self._prepare_load or None)
+            q = self._q_append_batches
+            cur.execute(q.sql, q.args(params), binary=True, prepare=self._prepare_load or None)
             (moved,) = cur.fetchone()
         done = set(moved)
         if events and done:
@@ -135,13 +140,7 @@ class HotAppends(Connections):
         effect: CatalogueEffect | None = None,
     ) -> bool:
         params = {
-            **effect_params(effect),
-            "pk": session_pk,
-            "old_head": old_head,
-            "old_hash": old_hash,
-            "head": row.version,
-            "hash": row.hash,
-            "turn": head_turn,
+            **head_move_params(session_pk, old_head, old_hash, row, head_turn, effect),
             "event_id": row.event_id,
             "type": row.type,
             "payload": row.payload,
@@ -149,19 +148,19 @@ class HotAppends(Connections):
             "actor": row.actor,
             "metadata": row.metadata,
         }
-        return self._run_hot(APPEND_ONE, params, binary=False) == 1
+        return self._run_hot(self._q_append_one, params, binary=False) == 1
 
-    def _run_hot(self, sql: str, params: Mapping[str, Any], *, binary: bool) -> int:
+    def _run_hot(self, q: Compiled, params: Mapping[str, Any], *, binary: bool) -> int:
         """Run one append statement on a pooled connection; its row count.
 
         A statement whose last part is a SELECT reports its first column instead.
         """
         with self._errors(), self._autocommit(hot=True) as cur:
-            cur.execute(sql, params, binary=binary)
+            cur.execute(q.sql, q.args(params), binary=binary)
             if cur.description is None:
                 count = int(cur.rowcount)
             else:
-                count = int(cur.fetchone()[0])
+                (count,) = cur.fetchone()  # the statement's one column
         if count:
             self._committed()
-        return count
+        return int(count)

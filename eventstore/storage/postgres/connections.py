@@ -294,6 +294,14 @@ class _AwaitedCursor:
     def rowcount(self) -> int:
         return int(self._cur.rowcount)
 
+    @property
+    def row_factory(self) -> Any:
+        return self._cur.row_factory
+
+    @row_factory.setter
+    def row_factory(self, factory: Any) -> None:
+        self._cur.row_factory = factory
+
     def execute(self, query: str, params: Any = None, **options: Any) -> _AwaitedCursor:
         await_(self._cur.execute(query, params, **options))
         return self
@@ -355,7 +363,8 @@ class Connections(SqlStorage):
 
     @contextmanager
     def _autocommit(self, *, hot: bool) -> Iterator[Any]:
-        """A psycopg cursor in autocommit, for one statement.
+        """A psycopg cursor in autocommit, for one statement (its ``row_factory`` settable:
+        ``namedtuple_row`` names the rows by the result's columns).
 
         A single statement is atomic and sees one snapshot of the database: autocommit
         spares the BEGIN and COMMIT round trips. It runs on a hot connection (see
@@ -398,7 +407,7 @@ class Connections(SqlStorage):
             q = self._q_shapes.setdefault(key, Compiled(stmt, self.engine.dialect))
         with self._errors(), self._autocommit(hot=True) as cur:
             cur.execute(q.sql, q.args(params))
-            return list(cur.fetchall())
+            return list(map(q.row._make, cur.fetchall()))
 
     def fetch_one(self, q: Compiled, params: Mapping[str, Any] | None = None) -> Any:
         """The first row of one compiled statement, run alone in autocommit (``None``: no row).
@@ -408,7 +417,8 @@ class Connections(SqlStorage):
         """
         with self._errors(), self._autocommit(hot=True) as cur:
             cur.execute(q.sql, q.args(params or {}))
-            return cur.fetchone()
+            r = cur.fetchone()
+        return None if r is None else q.row._make(r)
 
     @contextmanager
     def _hot_cursor(self, conn: Any) -> Iterator[Any]:

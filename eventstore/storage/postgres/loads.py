@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg.rows import namedtuple_row
 
 from eventstore.core.rows import LoadParts, NewSession, SessionRow
 from eventstore.storage.interface import Tx
@@ -43,8 +44,8 @@ class HotLoads(Connections):
         if row.parent_pk is not None:
             return LoadParts(row)
         sealed: tuple[tuple[int, bytes], ...] = ()
-        v, base = (row.head if version is None else version), (r[11] or 0)
-        if r[17] != v - base:
+        v, base = (row.head if version is None else version), (r.version or 0)
+        if r.n != v - base:
             # Some are sealed: their payloads, in one more round trip, are merged in by
             # version (any other gap, or a race with a seal or a compaction, takes the
             # general path).
@@ -52,18 +53,18 @@ class HotLoads(Connections):
             with self._errors(), self._autocommit(hot=True) as cur:
                 cur.execute(q.sql, q.args({"pk": row.pk, "after": base, "upto": v}))
                 sealed = self._sealed_payloads(cur.fetchall(), base, v)
-            if r[17] + len(sealed) != v - base:
+            if r.n + len(sealed) != v - base:
                 return LoadParts(row)
         return LoadParts(
             row,
             complete=True,
-            snap_version=r[11] or 0,
-            rest=r[12],
-            bodies=tuple(r[13] or ()),
-            n_digests=r[14],
-            n_found=r[15],
-            tail=r[16] or b"",
-            n_tail=r[17],
+            snap_version=base,
+            rest=r.rest,
+            bodies=tuple(r.bodies or ()),
+            n_digests=r.n_digests,
+            n_found=r.n_found,
+            tail=r.payloads or b"",
+            n_tail=r.n,
             sealed=sealed,
         )
 
@@ -105,6 +106,7 @@ class HotLoads(Connections):
         session's key), on a hot autocommit connection (see :meth:`_autocommit`)."""
         sql = LOAD if params["pk"] is None else LOAD_BY_KEY
         with self._autocommit(hot=hot) as cur:
+            cur.row_factory = namedtuple_row
             # Prepared at its first use on a connection, not the sixth: a cold load then
             # skips parsing and analysing the statement every time.
             cur.execute(sql, params, binary=True, prepare=self._prepare_load or None)

@@ -8,7 +8,7 @@ from typing import Any
 import psycopg
 from psycopg import sql as pgsql
 
-from eventstore.storage.postgres.statements import feed_channel
+from eventstore.storage.postgres.statements import feed_channel, set_config
 from eventstore.storage.postgres.summarizer import FeedIndexSummarizer
 from eventstore.storage.watch import AsyncProbe, Probe, Signal
 
@@ -23,7 +23,7 @@ def _dedicated(engine: Any, **settings: str) -> tuple[Any, str]:
     conn = psycopg.connect(*cargs, **params)
     try:
         for name, value in settings.items():
-            conn.execute("SELECT set_config(%s, %s, false)", (name, value))
+            conn.execute(set_config(name, value))
         channel = conn.execute(feed_channel()).fetchone()
         if channel is None or channel[0] is None:
             raise RuntimeError("no events table: the database is not migrated")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, func, select, text
+from sqlalchemy import Connection, Text, column, func, literal, literal_column, select, table
 
 from eventstore.errors import SchemaError, StorageError
 
@@ -18,10 +18,16 @@ PARTITION_SETTING = "eventstore.partitions"
 MAX_PARTITIONS = 1024
 
 # Whether the `events` table on the search path is partitioned, and into how many parts.
-_PARTITION_STATE = text(
-    "SELECT c.relkind = 'p', (SELECT count(*) FROM pg_inherits i WHERE i.inhparent = c.oid) "
-    "FROM pg_class c WHERE c.oid = to_regclass('events')"
-)
+_class = table("pg_class", column("oid"), column("relkind")).alias("c")
+_inherits = table("pg_inherits", column("inhparent")).alias("i")
+_PARTITION_STATE = select(
+    (_class.c.relkind == literal_column("'p'")).label("partitioned"),  # a "char", not text
+    select(func.count())
+    .select_from(_inherits)
+    .where(_inherits.c.inhparent == _class.c.oid)
+    .scalar_subquery()
+    .label("parts"),
+).where(_class.c.oid == func.to_regclass(literal("events", Text)))
 
 
 def partition_count(value: Any, where: str) -> int:
@@ -51,9 +57,9 @@ def migration_options(conn: Connection, partitions: int, safe_url: str) -> dict[
         conn.execute(select(func.current_setting(PARTITION_SETTING, True))).scalar()
     )
     state = conn.execute(_PARTITION_STATE).first()
-    if n and state is not None and (not state[0] or state[1] != n):
+    if n and state is not None and (not state.partitioned or state.parts != n):
         # The tables exist: turning them into partitioned ones is a data migration.
-        have = f"{state[1]} partitions" if state[0] else "no partitions"
+        have = f"{state.parts} partitions" if state.partitioned else "no partitions"
         raise SchemaError(
             f"the database {safe_url} already has its event tables with {have}, "
             f"not {n}; see docs/scaling.md to move them"

@@ -4,24 +4,47 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import exists, select
+from sqlalchemy import (
+    ARRAY,
+    BigInteger,
+    Boolean,
+    Integer,
+    LargeBinary,
+    Text,
+    bindparam,
+    case,
+    cast,
+    exists,
+    func,
+    insert,
+    literal,
+    literal_column,
+    null,
+    select,
+    true,
+    update,
+)
+from sqlalchemy.dialects.postgresql import OID
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 
 from eventstore.core.rows import DIGEST_SIZE
-from eventstore.storage.catalogue import PG_CATALOGUE_SET
+from eventstore.storage.catalogue import EFFECT_TYPES, catalogue_values
 from eventstore.storage.postgres.feed_barrier import writers_barrier
-from eventstore.storage.schema import events
+from eventstore.storage.schema import EVENT_COLUMNS, events, sessions, snapshot_blobs, snapshots
+from eventstore.storage.sql.statements import S_MOVE_HEAD, Compiled, upsert_snapshot
 
 __all__ = [
     "FEED_XACT",
     "feed_channel",
     "KEY_PARAM",
-    "APPEND_FAST",
-    "APPEND_FAST_NO_SNAPSHOT",
-    "APPEND_ONE",
-    "APPEND_BATCHES",
+    "append_stmt",
+    "append_batches_stmt",
+    "compile_hot",
     "LOAD",
     "LOAD_BY_KEY",
     "BAND_SETTINGS",
+    "set_config",
     "MIGRATION_LOCK",
     "snapshot_xmin",
     "feed_barrier_stmt",
@@ -29,6 +52,9 @@ __all__ = [
 
 # pg_advisory_xact_lock key for migrations: crc32(b"eventstore-migrate").
 MIGRATION_LOCK = 0x4E5F_7A31
+
+_P = bindparam
+_PG = psycopg_dialect()
 
 
 #: The default of ``events.xact`` (revision 0003): the writing transaction's id. It is the
@@ -40,12 +66,28 @@ FEED_XACT = "(pg_current_xact_id()::text)::bigint"
 
 #: The channel followers listen on, for the events table the search path finds: it names
 #: the table by its OID, so stores on different schemas of one server wake only their own.
-_FEED_CHANNEL = "SELECT 'eventstore_' || to_regclass('events')::oid::text"
+_FEED_CHANNEL = select(
+    literal("eventstore_", Text).concat(
+        cast(cast(func.to_regclass(literal("events", Text)), OID), Text)
+    ).label("channel")
+)
 
 
 def feed_channel() -> str:
-    """The statement that names the notification channel of this schema's events table."""
-    return _FEED_CHANNEL
+    """The statement that names the notification channel of this schema's events table
+    (its text, for psycopg connections of their own)."""
+    return _literal_sql(_FEED_CHANNEL)
+
+
+def _literal_sql(stmt: Any) -> str:
+    """A statement without parameters, its values inlined (a query string on its own)."""
+    return str(stmt.compile(dialect=_PG, compile_kwargs={"literal_binds": True}))
+
+
+def set_config(name: str, value: str, *, local: bool = False) -> str:
+    """The statement that sets a server setting (``local``: until the transaction ends, as
+    SET LOCAL does), as a query string of its own."""
+    return _literal_sql(select(func.set_config(literal(name, Text), literal(value, Text), local)))
 
 
 # The session key of a hot statement, for its scans of `events` and `snapshots`: on
@@ -59,145 +101,211 @@ def feed_channel() -> str:
 # executor start-up, both plans cost the same, and the cached generic plan is used.
 KEY_PARAM = "(%(pk)s::int + (now() IS NULL)::int)"
 
-# One statement, one round trip, its own transaction (run in autocommit): move the head
-# only if it is still what the writer saw (the version check built in; the UPDATE takes
-# the session's row lock), insert the batch from arrays, and store the snapshots the batch
-# reaches with the message blobs they add. Each event's feed number is the transaction's
-# id, raised to the session's previous event's (see eventstore/core/feed_rules.py). Every insert
-# selects FROM moved, so nothing at all is written when the head had moved on. Arrays and bytes are sent in binary (%b):
-# psycopg's text quoting of a hundred bytea elements costs milliseconds.
-APPEND_FAST = """
-WITH moved AS (
-    UPDATE sessions SET head = %(head)s, head_hash = %(hash)b, head_turn = %(turn)s,
-        {CATALOGUE}
-    WHERE pk = %(pk)s AND head = %(old_head)s AND head_hash = %(old_hash)b AND closed_at IS NULL
-    RETURNING pk
-), ins AS (
-    INSERT INTO events
-        (session_pk, version, event_id, type, turn, payload, recorded_at, actor, metadata, hash,
-         xact)
-    SELECT moved.pk, u.version, u.event_id, u.type, u.turn, u.payload,
-           %(recorded_at)s::bigint, %(actor)s::text, %(metadata)b::bytea, u.hash,
-           greatest({FEED_XACT}, (SELECT p.xact FROM events p
-                                   WHERE p.session_pk = {KEY} AND p.version = %(old_head)s))
-    FROM moved, unnest(%(versions)b::int[], %(event_ids)b::text[], %(types)b::text[],
-                       %(turns)b::int[], %(payloads)b::bytea[], %(hashes)b::bytea[])
-         AS u(version, event_id, type, turn, payload, hash)
-    RETURNING 1
-), blobs AS (
-    INSERT INTO snapshot_blobs (digest, body)
-    SELECT b.digest, b.body
-    FROM moved, unnest(%(digests)b::bytea[], %(bodies)b::bytea[]) AS b(digest, body)
-    ON CONFLICT DO NOTHING
-), snaps AS (
-    INSERT INTO snapshots (session_pk, version, reducer_version, rest, message_digests)
-    SELECT moved.pk, n.version, n.reducer_version, n.rest, n.message_digests
-    FROM moved, unnest(%(s_versions)b::int[], %(s_reducers)b::int[], %(s_rests)b::bytea[],
-                       %(s_digests)b::bytea[]) AS n(version, reducer_version, rest, message_digests)
-    ON CONFLICT (session_pk, version) DO UPDATE SET
-        reducer_version = excluded.reducer_version,
-        rest = excluded.rest,
-        message_digests = excluded.message_digests
-)
-SELECT count(*) FROM ins
-""".replace("{FEED_XACT}", FEED_XACT).replace("{KEY}", KEY_PARAM).replace("{CATALOGUE}", PG_CATALOGUE_SET)
 
-# The same without the snapshot parts, for the (most frequent) batches that reach none.
-APPEND_FAST_NO_SNAPSHOT = (
-    APPEND_FAST[: APPEND_FAST.index("), blobs AS (")]
-    + """
-)
-SELECT count(*) FROM ins
-"""
-)
+def _key(name: str) -> Any:
+    """The session key parameter ``name`` as :data:`KEY_PARAM` spells it."""
+    return _P(name, type_=Integer) + cast(func.now().is_(None), Integer)
 
-# A one-event batch without snapshots (most appends of a streamed reply): the same head
-# check and insert with scalar parameters. Array parameters cost the client ~0.1 ms per
-# statement to adapt (psycopg inspects every list), more than the insert itself.
-APPEND_ONE = """
-WITH moved AS (
-    UPDATE sessions SET head = %(head)s::int, head_hash = %(hash)b, head_turn = %(turn)s::int,
-        {CATALOGUE}
-    WHERE pk = %(pk)s::int AND head = %(old_head)s::int AND head_hash = %(old_hash)b
-          AND closed_at IS NULL
-    RETURNING pk
-)
-INSERT INTO events
-    (session_pk, version, event_id, type, turn, payload, recorded_at, actor, metadata, hash, xact)
-SELECT moved.pk, %(head)s::int, %(event_id)s::text, %(type)s::text, %(turn)s::int,
-       %(payload)b, %(recorded_at)s::bigint, %(actor)s::text, %(metadata)b::bytea, %(hash)b,
-       greatest({FEED_XACT}, (SELECT p.xact FROM events p
-                               WHERE p.session_pk = {KEY} AND p.version = %(old_head)s::int))
-FROM moved
-""".replace("{FEED_XACT}", FEED_XACT).replace("{KEY}", KEY_PARAM).replace("{CATALOGUE}", PG_CATALOGUE_SET)
 
-# A group commit of streaming turns in one statement, one round trip, its own transaction:
-# move each session's head only if it is still what its turn saw, the turn still holds the
-# lease and the session is open (renewing or giving up the lease), then insert the events
-# and snapshots of the sessions that moved. Returns the pks that moved. A batch without a
-# writer is a plain append (the async store's group commit): the lease is left alone.
-APPEND_BATCHES = """
-WITH b AS (
-    SELECT * FROM unnest(%(pks)b::int[], %(old_heads)b::int[], %(old_hashes)b::bytea[],
-                         %(writers)b::text[], %(heads)b::int[], %(hashes)b::bytea[],
-                         %(turns)b::int[], %(releases)b::bool[], %(claims)b::bool[],
-                         %(c_updated)b::bigint[], %(c_st_u)b::text[], %(c_st_n)b::text[],
-                         %(c_reset)b::int[], %(c_text)b::text[])
-        AS b(pk, old_head, old_hash, writer, head, hash, turn, release, claim,
-             c_updated, c_st_u, c_st_n, c_reset, c_text)
-), moved AS (
-    UPDATE sessions s SET head = b.head, head_hash = b.hash, head_turn = b.turn,
-        updated_at = coalesce(b.c_updated, s.updated_at),
-        status = CASE WHEN s.first_text IS NOT NULL THEN coalesce(b.c_st_u, s.status)
-                      ELSE coalesce(b.c_st_n, s.status) END,
-        first_text = CASE WHEN b.c_reset = 1 THEN b.c_text ELSE coalesce(s.first_text, b.c_text) END,
-        writer = CASE WHEN b.writer IS NULL THEN s.writer WHEN b.release THEN NULL ELSE b.writer END,
-        writer_seen = CASE WHEN b.writer IS NULL THEN s.writer_seen
-                           WHEN b.release THEN NULL ELSE %(seen)s::bigint END
-    FROM b
-    WHERE s.pk = b.pk AND s.head = b.old_head AND s.head_hash = b.old_hash
-      AND (CASE WHEN b.writer IS NULL THEN true
-                WHEN b.claim THEN s.writer IS NULL ELSE s.writer = b.writer END)
-      AND s.closed_at IS NULL
-    RETURNING s.pk
-), ins AS (
-    INSERT INTO events
-        (session_pk, version, event_id, type, turn, payload, recorded_at, actor, metadata, hash,
-         xact, native)
-    SELECT u.pk, u.version, u.event_id, u.type, u.turn, u.payload, u.recorded_at, u.actor,
-           u.metadata, u.hash,
-           greatest({FEED_XACT}, (SELECT p.xact FROM events p
-                                   WHERE p.session_pk = u.pk AND p.version = b.old_head)),
-           u.native
-    FROM unnest(%(e_pks)b::int[], %(e_versions)b::int[], %(e_ids)b::text[], %(e_types)b::text[],
-                %(e_turns)b::int[], %(e_payloads)b::bytea[], %(e_times)b::bigint[],
-                %(e_actors)b::text[], %(e_metas)b::bytea[], %(e_hashes)b::bytea[],
-                %(e_natives)b::bytea[])
-         AS u(pk, version, event_id, type, turn, payload, recorded_at, actor, metadata, hash,
-              native)
-    JOIN b ON b.pk = u.pk
-    WHERE u.pk IN (SELECT pk FROM moved)
-), blobs AS (
-    INSERT INTO snapshot_blobs (digest, body)
-    SELECT n.digest, n.body
-    FROM unnest(%(b_pks)b::int[], %(b_digests)b::bytea[], %(b_bodies)b::bytea[])
-         AS n(pk, digest, body)
-    WHERE n.pk IN (SELECT pk FROM moved)
-    ON CONFLICT DO NOTHING
-), snaps AS (
-    INSERT INTO snapshots (session_pk, version, reducer_version, rest, message_digests)
-    SELECT n.pk, n.version, n.reducer_version, n.rest, n.message_digests
-    FROM unnest(%(s_pks)b::int[], %(s_versions)b::int[], %(s_reducers)b::int[],
-                %(s_rests)b::bytea[], %(s_digests)b::bytea[])
-         AS n(pk, version, reducer_version, rest, message_digests)
-    WHERE n.pk IN (SELECT pk FROM moved)
-    ON CONFLICT (session_pk, version) DO UPDATE SET
-        reducer_version = excluded.reducer_version,
-        rest = excluded.rest,
-        message_digests = excluded.message_digests
-)
-SELECT coalesce(array_agg(pk), '{}') FROM moved
-""".replace("{FEED_XACT}", FEED_XACT)
+def _arrays(name: str, **columns: Any) -> Any:
+    """``unnest`` of one array parameter per column (``column=(parameter, element type)``),
+    as the table ``name`` with those columns."""
+    arrays = [_P(p, type_=ARRAY(t)) for p, t in columns.values()]
+    return func.unnest(*arrays).table_valued(*columns).render_derived(name=name)
+
+
+def _feed_xact(pk: Any, old_head: Any) -> Any:
+    """An inserted event's feed number: the transaction's id, raised to the session's
+    previous event's (see eventstore/core/feed_rules.py)."""
+    p = events.alias("p")
+    prev = select(p.c.xact).where(p.c.session_pk == pk, p.c.version == old_head)
+    return func.greatest(literal_column(FEED_XACT), prev.scalar_subquery())
+
+
+def _snapshot_writes(moved: Any, keyed: bool) -> tuple[Any, Any]:
+    """The blob and snapshot inserts of an append, for the sessions in ``moved``: from
+    arrays of one session's (``keyed=False``) or with each element's session key."""
+    b = _arrays(
+        "n",
+        **({"pk": ("b_pks", Integer)} if keyed else {}),
+        digest=("b_digests", LargeBinary),
+        body=("b_bodies", LargeBinary),
+    )
+    blobs = select(b.c.digest, b.c.body)
+    n = _arrays(
+        "n",
+        **({"pk": ("s_pks", Integer)} if keyed else {}),
+        version=("s_versions", Integer),
+        reducer_version=("s_reducers", Integer),
+        rest=("s_rests", LargeBinary),
+        message_digests=("s_digests", LargeBinary),
+    )
+    snaps = select(
+        n.c.pk if keyed else moved.c.pk, n.c.version, n.c.reducer_version, n.c.rest, n.c.message_digests
+    )
+    if keyed:
+        blobs = blobs.where(b.c.pk.in_(select(moved.c.pk)))
+        snaps = snaps.where(n.c.pk.in_(select(moved.c.pk)))
+    else:
+        blobs = blobs.select_from(moved).join(b, true())
+        snaps = snaps.select_from(moved).join(n, true())
+    new_blobs = pg_insert(snapshot_blobs).from_select(["digest", "body"], blobs)
+    new_snapshots = pg_insert(snapshots).from_select(
+        ["session_pk", "version", "reducer_version", "rest", "message_digests"], snaps
+    )
+    return new_blobs.on_conflict_do_nothing().cte("blobs"), upsert_snapshot(new_snapshots).cte("snaps")
+
+
+_EVENT_INSERT = [c.name for c in EVENT_COLUMNS[:-1]] + ["xact"]
+
+
+def append_stmt(*, rows: bool, snapshots: bool) -> Any:
+    """PostgreSQL's append of one session's batch: one statement, one round trip, its own
+    transaction (run in autocommit).
+
+    It moves the head only if it is still what the writer saw (the shared head move,
+    :data:`S_MOVE_HEAD`, with its version check; the UPDATE takes the session's row lock),
+    inserts the events and stores the snapshots the batch reaches with the message blobs
+    they add. Every insert selects FROM moved, so nothing at all is written when the head
+    had moved on. The variants: ``rows``, the events from arrays (one ``recorded_at``,
+    ``actor`` and ``metadata`` for all), returning how many were inserted; else one event
+    from scalar parameters, whose row count says whether it was (array parameters cost
+    the client ~0.1 ms per statement to adapt, more than the insert itself: most appends
+    of a streamed reply are that one); ``snapshots``, with the snapshot parts.
+    """
+    moved = S_MOVE_HEAD.returning(sessions.c.pk).cte("moved")
+    xact = _feed_xact(_key("p_pk"), _P("p_old_head", type_=Integer))
+    shared = (
+        _P("recorded_at", type_=BigInteger),
+        _P("actor", type_=Text),
+        cast(_P("metadata", type_=LargeBinary), LargeBinary),  # typed: it may be NULL
+    )
+    if not rows:
+        one = select(
+            moved.c.pk,
+            _P("p_head", type_=Integer),
+            _P("event_id", type_=Text),
+            _P("type", type_=Text),
+            _P("p_turn", type_=Integer),
+            _P("payload", type_=LargeBinary),
+            *shared,
+            _P("p_hash", type_=LargeBinary),
+            xact,
+        ).select_from(moved)
+        assert not snapshots, "one event from scalars has no snapshot parts"
+        return insert(events).from_select(_EVENT_INSERT, one).add_cte(moved)
+    u = _arrays(
+        "u",
+        version=("versions", Integer),
+        event_id=("event_ids", Text),
+        type=("types", Text),
+        turn=("turns", Integer),
+        payload=("payloads", LargeBinary),
+        hash=("hashes", LargeBinary),
+    )
+    each = select(
+        moved.c.pk, u.c.version, u.c.event_id, u.c.type, u.c.turn, u.c.payload, *shared, u.c.hash, xact
+    ).select_from(moved).join(u, true())
+    ins = insert(events).from_select(_EVENT_INSERT, each).returning(literal_column("1")).cte("ins")
+    stmt = select(func.count()).select_from(ins)
+    return stmt.add_cte(*_snapshot_writes(moved, keyed=False)) if snapshots else stmt
+
+
+def append_batches_stmt() -> Any:
+    """A group commit of batches (streaming turns', or the async store's plain appends) in
+    one statement, one round trip, its own transaction: :func:`append_stmt` for many
+    sessions, each batch's values from arrays (``b``).
+
+    Each session's head moves only if it is still what its batch saw, the turn still holds
+    the lease (or claims it: nobody does) and the session is open, renewing or giving up
+    the lease; a batch without a writer leaves the lease alone. Then the events and
+    snapshots of the sessions that moved are inserted. Returns the keys that moved.
+    """
+    s = sessions.c
+    b = select(
+        _arrays(
+            "b",
+            pk=("pks", Integer),
+            old_head=("old_heads", Integer),
+            old_hash=("old_hashes", LargeBinary),
+            writer=("writers", Text),
+            head=("heads", Integer),
+            hash=("hashes", LargeBinary),
+            turn=("turns", Integer),
+            release=("releases", Boolean),
+            claim=("claims", Boolean),
+            **{k: (k, t) for k, t in EFFECT_TYPES.items()},
+        )
+    ).cte("b")
+    plain = b.c.writer.is_(None)
+    moved = (
+        update(sessions)
+        .where(
+            s.pk == b.c.pk,
+            s.head == b.c.old_head,
+            s.head_hash == b.c.old_hash,
+            case((plain, true()), (b.c.claim, s.writer.is_(None)), else_=s.writer == b.c.writer),
+            s.closed_at.is_(None),
+        )
+        .values(
+            head=b.c.head,
+            head_hash=b.c.hash,
+            head_turn=b.c.turn,
+            writer=case((plain, s.writer), (b.c.release, null()), else_=b.c.writer),
+            writer_seen=case(
+                (plain, s.writer_seen), (b.c.release, null()), else_=_P("seen", type_=BigInteger)
+            ),
+            **catalogue_values({k: b.c[k] for k in EFFECT_TYPES}),
+        )
+        .returning(s.pk)
+        .cte("moved")
+    )
+    u = _arrays(
+        "u",
+        pk=("e_pks", Integer),
+        version=("e_versions", Integer),
+        event_id=("e_ids", Text),
+        type=("e_types", Text),
+        turn=("e_turns", Integer),
+        payload=("e_payloads", LargeBinary),
+        recorded_at=("e_times", BigInteger),
+        actor=("e_actors", Text),
+        metadata=("e_metas", LargeBinary),
+        hash=("e_hashes", LargeBinary),
+        native=("e_natives", LargeBinary),
+    )
+    each = (
+        select(
+            u.c.pk,
+            u.c.version,
+            u.c.event_id,
+            u.c.type,
+            u.c.turn,
+            u.c.payload,
+            u.c.recorded_at,
+            u.c.actor,
+            u.c.metadata,
+            u.c.hash,
+            _feed_xact(u.c.pk, b.c.old_head),
+            u.c.native,
+        )
+        .select_from(u)
+        .join(b, b.c.pk == u.c.pk)
+        .where(u.c.pk.in_(select(moved.c.pk)))
+    )
+    ins = insert(events).from_select([*_EVENT_INSERT, "native"], each).cte("ins")
+    done = select(func.coalesce(func.array_agg(moved.c.pk), literal_column("'{}'")))
+    return done.add_cte(ins, *_snapshot_writes(moved, keyed=True))
+
+
+def compile_hot(stmt: Any, dialect: Any) -> Compiled:
+    """A hot statement compiled once, its bytes and arrays sent in binary (psycopg's
+    ``%b``): psycopg's text quoting of a hundred bytea elements costs milliseconds."""
+    q = Compiled(stmt, dialect)
+    for name, bind in stmt.compile(dialect=dialect).binds.items():
+        if isinstance(bind.type, (LargeBinary, ARRAY)):
+            q.sql = q.sql.replace(f"%({name})s", f"%({name})b")
+    return q
 
 
 def snapshot_xmin() -> Any:
@@ -210,13 +318,13 @@ def snapshot_xmin() -> Any:
 
 #: A band is always an index range, but the planner knows it only from statistics: on a
 #: table not analysed yet it would read the whole table for every page.
-BAND_SETTINGS = "SET LOCAL enable_seqscan = off"
+BAND_SETTINGS = set_config("enable_seqscan", "off", local=True)
 
 
 def feed_barrier_stmt() -> Any:
     """The barrier, and whether committed rows wait at or above it — in one snapshot."""
-    b = select(snapshot_xmin().label("x")).subquery("b")
-    return select(b.c.x, exists().where(events.c.xact >= b.c.x))
+    b = select(snapshot_xmin().label("below")).subquery("b")
+    return select(b.c.below, exists().where(events.c.xact >= b.c.below).label("pending"))
 
 
 # A root session's load in one round trip: the session row, its newest usable snapshot

@@ -8,6 +8,7 @@ from functools import partial
 from typing import Any
 
 import psycopg
+from psycopg.rows import namedtuple_row
 from sqlalchemy import Connection, bindparam, create_engine, event, func, literal_column, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import make_url
@@ -116,6 +117,7 @@ class PostgresStorage(HotAppends, HotLoads):
         event.listen(engine, "checkout", self._on_checkout)
         super().__init__(engine, url)
         self._q_feed_barrier = Compiled(feed_barrier_stmt(), engine.dialect)
+        self._append_queries()
 
     def _migration_options(self, conn: Connection) -> dict[str, Any]:
         return migration_options(conn, self.partitions, self.safe_url)
@@ -166,7 +168,7 @@ class PostgresStorage(HotAppends, HotLoads):
 
     def feed_barrier(self, tx: Tx) -> FeedBarrier:
         r = self._fetchone(tx, self._q_feed_barrier, {})
-        return FeedBarrier(int(r[0]), bool(r[1]))
+        return FeedBarrier(int(r.below), bool(r.pending))
 
     def _feed_barrier(self) -> Any:
         return snapshot_xmin()
@@ -188,6 +190,7 @@ class PostgresStorage(HotAppends, HotLoads):
                 # the pool just before (not yet seen as dead) fails the first attempt, and
                 # the read, which changes nothing, is sent once more on a checked one.
                 with self._errors(), self._autocommit(hot=True) as cur:
+                    cur.row_factory = namedtuple_row
                     cur.execute(sql)
                     cur.nextset()
                     rows = cur.fetchall()

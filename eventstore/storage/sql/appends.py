@@ -26,6 +26,7 @@ from eventstore.storage.sql.statements import (
     SESSION_COLS,
     WITH_HEAD_EVENT,
     chunks,
+    head_move_params,
     session_row,
 )
 from eventstore.storage.sql.transactions import SqlTransactions
@@ -34,9 +35,20 @@ __all__ = ["SessionWrites"]
 
 
 def _control(r: Any) -> SessionControl:
-    # Positional: _CONTROL_COLS, then (with the head event) its type, payload, recorded_at.
-    extra = (r[7], None if r[8] is None else bytes(r[8]), r[9]) if len(r) > 7 else (None, None, None)
-    return SessionControl(r[0], r[1], bytes(r[2]), r[3], r[4], r[5], r[6], *extra)
+    """A session's control columns, and the head event's when the row has them."""
+    head = "payload" in r._fields
+    return SessionControl(
+        pk=r.pk,
+        head=r.head,
+        head_hash=bytes(r.head_hash),
+        writer=r.writer,
+        writer_seen=r.writer_seen,
+        closed_at=r.closed_at,
+        closed_reason=r.closed_reason,
+        head_type=r.type if head else None,
+        head_payload=None if not head or r.payload is None else bytes(r.payload),
+        head_recorded_at=r.recorded_at if head else None,
+    )
 
 
 class SessionWrites(SqlTransactions):
@@ -145,19 +157,8 @@ class SessionWrites(SqlTransactions):
         head_turn: int,
         effect: CatalogueEffect | None = None,
     ) -> bool:
-        cur = self._run(
-            tx,
-            self._q_move_head,
-            {
-                "p_pk": session_pk,
-                "p_old_head": old_head,
-                "p_old_hash": old_hash,
-                "p_head": rows[-1].version,
-                "p_hash": rows[-1].hash,
-                "p_turn": head_turn,
-                **effect_params(effect),
-            },
-        )
+        params = head_move_params(session_pk, old_head, old_hash, rows[-1], head_turn, effect)
+        cur = self._run(tx, self._q_move_head, params)
         moved = bool(cur.rowcount == 1)
         cur.close()
         if moved:
@@ -201,7 +202,7 @@ class SessionWrites(SqlTransactions):
     ) -> dict[int, SessionControl]:
         if pk is None:
             rows = tx.execute(WITH_HEAD_EVENT).all()
-            return {r[0]: _control(r) for r in rows}
+            return {r.pk: _control(r) for r in rows}
         q = self._q_control_head if with_head_event else self._q_control
         r = self._fetchone(tx, q, {"pk": pk})
         if r is None:

@@ -16,6 +16,28 @@ __all__ = ["Feed", "NO_BARRIER"]
 NO_BARRIER = 2**63 - 1
 
 
+def _feed_rows(rows: Sequence[Any], session_id: Callable[[int], str]) -> list[FeedRow]:
+    """The feed rows of a band's rows (:func:`read_band_stmt`), each session's id by its key."""
+    return [
+        FeedRow(
+            r.session_pk,
+            r.version,
+            r.event_id,
+            r.type,
+            r.turn,
+            r.payload,
+            r.recorded_at,
+            r.actor,
+            r.metadata,
+            r.hash,
+            r.xact,
+            session_id(r.session_pk),
+            r.native,
+        )
+        for r in rows
+    ]
+
+
 class Feed(SqlTransactions):
     """Reading the feed and waiting for it to grow."""
 
@@ -41,7 +63,7 @@ class Feed(SqlTransactions):
         whose every committed event is final (not :attr:`feed_banded`: SQLite)."""
         x, s, v = (-1, 0, 0) if after is None else after
         params = {"x": x, "s": s, "v": v, "lim": limit}
-        rows = [FeedRow._make(r) for r in self._fetchall(tx, self._q_feed, params)]
+        rows: list[FeedRow] = self._fetchall(tx, self._q_feed, params)
         return self._merge_feed(tx, rows, after=(x, s, v), limit=limit)
 
     def _read_band(self, *, after: tuple[int, int, int] | None, limit: int, upto: int) -> Band:
@@ -70,17 +92,17 @@ class Feed(SqlTransactions):
         """A band from the rows of :func:`read_band_stmt`; ``session_ids`` reads the ids of
         sessions this storage has not seen yet (in the band's own transaction)."""
         # The barrier's row is there even when the band is empty.
-        below, pending = int(rows[0][-2]), bool(rows[0][-1])
-        if rows[0][0] is None:
+        first = rows[0]
+        below, pending = int(first.below), bool(first.pending)
+        if first.session_pk is None:
             return Band(below, [], pending)
-        make, name = FeedRow._make, self.session_keys.session_id
         try:
-            return Band(below, [make((*r[:-3], name(r[0]), r[-3])) for r in rows], pending)
+            return Band(below, _feed_rows(rows, self.session_keys.session_id), pending)
         except KeyError:
-            found = dict(session_ids(list({r[0] for r in rows})))
+            found = dict(session_ids(list({r.session_pk for r in rows})))
             for pk, session_id in found.items():
                 self.session_keys.learn(session_id, pk)
-            return Band(below, [make((*r[:-3], found[r[0]], r[-3])) for r in rows], pending)
+            return Band(below, _feed_rows(rows, found.__getitem__), pending)
 
     def _before_band(self, tx: Tx) -> None:
         """Settings a band's statement needs in its transaction (none by default)."""

@@ -20,17 +20,17 @@ _NO_LIMIT = 2**62
 
 def _event(r: Any) -> EventRow:
     return EventRow(
-        session_pk=r[0],
-        version=r[1],
-        event_id=r[2],
-        type=r[3],
-        turn=r[4],
-        payload=bytes(r[5]),
-        recorded_at=r[6],
-        actor=r[7],
-        metadata=None if r[8] is None else bytes(r[8]),
-        hash=bytes(r[9]),
-        native=None if r[10] is None else bytes(r[10]),
+        session_pk=r.session_pk,
+        version=r.version,
+        event_id=r.event_id,
+        type=r.type,
+        turn=r.turn,
+        payload=bytes(r.payload),
+        recorded_at=r.recorded_at,
+        actor=r.actor,
+        metadata=None if r.metadata is None else bytes(r.metadata),
+        hash=bytes(r.hash),
+        native=None if r.native is None else bytes(r.native),
     )
 
 
@@ -106,11 +106,11 @@ class EventReads(SqlTransactions):
 
     def _read_payloads(self, tx: Tx, session_pk: int, *, after: int, upto: int) -> list[bytes]:
         """Only the payloads of a range (the fold's fast path)."""
-        rows = self._fetchall(
+        found = self._fetchcolumn(
             tx, self._q_read_payloads, {"pk": session_pk, "after": after, "upto": upto}
         )
-        if len(rows) < upto - after:
+        if len(found) < upto - after:
             # Some are sealed (or missing): the merged read says which.
             return [e.payload for e in self.read_events(tx, session_pk, after=after, upto=upto)]
-        return [r[0] if type(r[0]) is bytes else bytes(r[0]) for r in rows]
+        return [p if type(p) is bytes else bytes(p) for p in found]
 

@@ -20,11 +20,11 @@ _P = bindparam
 
 def _snapshot(r: Any) -> SnapshotRow:
     return SnapshotRow(
-        session_pk=r[0],
-        version=r[1],
-        reducer_version=r[2],
-        rest=bytes(r[3]),
-        message_digests=bytes(r[4]),
+        session_pk=r.session_pk,
+        version=r.version,
+        reducer_version=r.reducer_version,
+        rest=bytes(r.rest),
+        message_digests=bytes(r.message_digests),
     )
 
 
@@ -111,8 +111,8 @@ class Snapshots(SqlTransactions):
         n = len(message_digests) // DIGEST_SIZE
         if not n:
             return []
-        rows = self._fetchall(tx, self._q_ordered_blobs, {"md": message_digests, "n": n})
-        return [None if b is None else b if type(b) is bytes else bytes(b) for (b,) in rows]
+        found = self._fetchcolumn(tx, self._q_ordered_blobs, {"md": message_digests, "n": n})
+        return [None if b is None else b if type(b) is bytes else bytes(b) for b in found]
 
     def load_parts(
         self, session_id: str, version: int | None, reducer_version: int
@@ -142,7 +142,7 @@ class Snapshots(SqlTransactions):
                 ordered = self.ordered_bodies(tx, snap.message_digests)
                 bodies = tuple(b for b in ordered if b is not None)
                 n_digests, n_found = len(ordered), len(bodies)
-            payloads = self._fetchall(
+            payloads = self._fetchcolumn(
                 tx, self._q_read_payloads, {"pk": row.pk, "after": base, "upto": v}
             )
             sealed: tuple[tuple[int, bytes], ...] = ()
@@ -161,7 +161,7 @@ class Snapshots(SqlTransactions):
             bodies=bodies,
             n_digests=n_digests,
             n_found=n_found,
-            tail=b",".join(p for (p,) in payloads),
+            tail=b",".join(payloads),
             n_tail=len(payloads),
             sealed=sealed,
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import namedtuple
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -20,19 +21,22 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import Dialect
+from sqlalchemy.sql.expression import SelectBase
 
-from eventstore.core.rows import DIGEST_SIZE, SessionRow
-from eventstore.storage.catalogue import CATALOGUE_VALUES
+from eventstore.core.rows import DIGEST_SIZE, CatalogueEffect, EventRow, SessionRow
+from eventstore.storage.catalogue import CATALOGUE_VALUES, effect_params
 from eventstore.storage.schema import EVENT_COLUMNS, events, sessions, snapshot_blobs, snapshots
 
 __all__ = [
     "chunks",
+    "head_move_params",
     "Compiled",
     "insert_events_stmt",
     "read_feed_stmt",
     "read_band_stmt",
     "ordered_blobs_stmt",
     "session_row",
+    "upsert_snapshot",
 ]
 
 # SQLite's default limit is 32766 bound parameters; stay far below it.
@@ -56,12 +60,14 @@ class Compiled:
 
     The hot statements (append, load) skip SQLAlchemy's per-execution work (statement
     construction, cache-key generation, result processing): the SQL is still declared as
-    Core, but compiled at start-up. Parameters are passed by name.
+    Core, but compiled at start-up. Parameters are passed by name, and rows are read by
+    name: :attr:`row` is the named tuple of the statement's result columns (``None``: it
+    returns none), or ``row`` given, a named tuple type whose fields must be those columns.
     """
 
-    __slots__ = ("sql", "keys", "defaults")
+    __slots__ = ("sql", "keys", "defaults", "row")
 
-    def __init__(self, stmt: Any, dialect: Dialect) -> None:
+    def __init__(self, stmt: Any, dialect: Dialect, *, row: type | None = None) -> None:
         c = stmt.compile(dialect=dialect)
         self.sql: str = c.string
         self.keys: tuple[str, ...] | None = tuple(c.positiontup) if c.positional else None
@@ -69,6 +75,7 @@ class Compiled:
         self.defaults: dict[str, Any] = {
             k: v for k, v in c.params.items() if v is not None
         }
+        self.row: Any = _row_type(stmt, row)
 
     def args(self, params: Mapping[str, Any]) -> Any:
         """The parameters in the driver's style (a tuple for qmark, the mapping for pyformat)."""
@@ -77,6 +84,32 @@ class Compiled:
         if self.keys is None:
             return params
         return tuple(params[k] for k in self.keys)
+
+
+def _row_type(stmt: Any, row: type | None) -> Any:
+    """The named tuple type of a statement's rows (see :class:`Compiled`)."""
+    if not isinstance(stmt, SelectBase):
+        # A write: none of the compiled ones returns rows. (Not asked: the columns a DML
+        # statement returns are memoized, and a `.returning()` copy made later keeps them.)
+        return row
+    names = tuple(stmt.selected_columns.keys())
+    if row is None:
+        return _named(names)
+    if tuple(getattr(row, "_fields", ())) != names:
+        raise TypeError(f"{row.__name__} does not name the columns {names}")
+    return row
+
+
+_NAMED: dict[tuple[str, ...], Any] = {}
+
+
+def _named(names: tuple[str, ...]) -> Any:
+    """One named tuple type per tuple of column names."""
+    t = _NAMED.get(names)
+    if t is None:
+        # rename: a column without a name (an unlabelled expression) is read by unpacking.
+        t = _NAMED.setdefault(names, namedtuple("Row", names, rename=True))  # type: ignore[misc]
+    return t
 
 
 _P = bindparam
@@ -100,6 +133,29 @@ S_MOVE_HEAD = (
     .values(head=_P("p_head"), head_hash=_P("p_hash"), head_turn=_P("p_turn"), **CATALOGUE_VALUES)
 )
 
+
+def head_move_params(
+    session_pk: int,
+    old_head: int,
+    old_hash: bytes,
+    last: EventRow,
+    head_turn: int,
+    effect: CatalogueEffect | None,
+) -> dict[str, Any]:
+    """The parameters of :data:`S_MOVE_HEAD` (and of the statements built on it): move the
+    head of ``session_pk`` from ``old_head`` to the event ``last``, with the catalogue's
+    ``effect``."""
+    return {
+        "p_pk": session_pk,
+        "p_old_head": old_head,
+        "p_old_hash": old_hash,
+        "p_head": last.version,
+        "p_hash": last.hash,
+        "p_turn": head_turn,
+        **effect_params(effect),
+    }
+
+
 def insert_events_stmt(xact: Any) -> Any:
     """The INSERT of one event row, its columns bound by name and ``xact`` given by the
     dialect's expression (see :meth:`SqlStorage._new_xact`)."""
@@ -112,7 +168,7 @@ def insert_events_stmt(xact: Any) -> Any:
 _FEED_KEY = tuple_(events.c.xact, events.c.session_pk, events.c.version)
 # FeedRow's order: the event's columns, its feed number and session id, then its native
 # data (last, so that rows without it keep their shape).
-_FEED_COLS = (*EVENT_COLUMNS[:-1], events.c.xact, sessions.c.id, events.c.native)
+_FEED_COLS = (*EVENT_COLUMNS[:-1], events.c.xact, sessions.c.id.label("session_id"), events.c.native)
 
 
 def read_feed_stmt() -> Any:
@@ -260,6 +316,19 @@ S_SNAPSHOTS_RANGE = (
 )
 
 
+def upsert_snapshot(stmt: Any) -> Any:
+    """An INSERT into snapshots (the dialect's, with ON CONFLICT) that replaces a row with
+    the same key."""
+    return stmt.on_conflict_do_update(
+        index_elements=[snapshots.c.session_pk, snapshots.c.version],
+        set_={
+            "reducer_version": stmt.excluded.reducer_version,
+            "rest": stmt.excluded.rest,
+            "message_digests": stmt.excluded.message_digests,
+        },
+    )
+
+
 def ordered_blobs_stmt() -> Any:
     """The bodies of the ``n`` digests concatenated in ``md``, one row each, in their order
     (NULL for a missing blob): a recursive CTE counts 0..n-1 and slices the digests."""
@@ -274,17 +343,17 @@ def ordered_blobs_stmt() -> Any:
 
 
 def session_row(r: Any) -> SessionRow:
-    # Positional, in the column order of schema.sessions (SESSION_COLS).
+    """A session row from a result row that names the columns of ``sessions`` (more may follow)."""
     return SessionRow(
-        pk=r[0],
-        id=r[1],
-        parent_pk=r[2],
-        fork_version=r[3],
-        head=r[4],
-        head_hash=bytes(r[5]),
-        head_turn=r[6],
-        baseline=r[7],
-        baseline_hash=None if r[8] is None else bytes(r[8]),
-        baseline_turn=r[9],
-        created_at=r[10],
+        pk=r.pk,
+        id=r.id,
+        parent_pk=r.parent_pk,
+        fork_version=r.fork_version,
+        head=r.head,
+        head_hash=bytes(r.head_hash),
+        head_turn=r.head_turn,
+        baseline=r.baseline,
+        baseline_hash=None if r.baseline_hash is None else bytes(r.baseline_hash),
+        baseline_turn=r.baseline_turn,
+        created_at=r.created_at,
     )

@@ -8,11 +8,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Connection, Engine, bindparam, inspect, select
+from sqlalchemy import Connection, Engine, bindparam, column, inspect, select, table
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.util import await_only
 
-from eventstore.core.rows import SessionRow
+from eventstore.core.rows import FeedRow, SessionRow
 from eventstore.errors import ConcurrencyError, EventStoreError, SchemaError, StorageError
 from eventstore.storage.interface import AsyncChangeWatcher, ChangeWatcher, EventIdRace, Storage, Tx
 from eventstore.storage.schema import VERSION_TABLE, sessions, snapshot_blobs, snapshots
@@ -40,6 +40,7 @@ from eventstore.storage.sql.statements import (
     read_band_stmt,
     read_feed_stmt,
     session_row,
+    upsert_snapshot,
 )
 from eventstore.storage.urls import mask_url
 from eventstore.storage.watch import AsyncProbe, Notifier, Probe, Signal
@@ -81,7 +82,7 @@ class SqlTransactions(Sealing, Storage):
         self._q_set_head = Compiled(S_SET_HEAD, d)
         self._q_move_head = Compiled(S_MOVE_HEAD, d)
         self._q_insert_events = Compiled(insert_events_stmt(self._new_xact()), d)
-        self._q_feed = Compiled(read_feed_stmt(), d)
+        self._q_feed = Compiled(read_feed_stmt(), d, row=FeedRow)
         self._q_band = (
             Compiled(read_band_stmt(self._feed_barrier()), d) if self.feed_banded else None
         )
@@ -140,15 +141,7 @@ class SqlTransactions(Sealing, Storage):
 
     def _upsert_snapshot(self) -> Any:
         """An INSERT into snapshots that replaces a row with the same key."""
-        stmt = self._insert(snapshots)
-        return stmt.on_conflict_do_update(
-            index_elements=[snapshots.c.session_pk, snapshots.c.version],
-            set_={
-                "reducer_version": stmt.excluded.reducer_version,
-                "rest": stmt.excluded.rest,
-                "message_digests": stmt.excluded.message_digests,
-            },
-        )
+        return upsert_snapshot(self._insert(snapshots))
 
     def _new_xact(self) -> Any:
         """The feed number of an inserted event, as a SQL expression over its bound
@@ -264,19 +257,33 @@ class SqlTransactions(Sealing, Storage):
 
     @staticmethod
     def _fetchall(tx: Tx, q: Compiled, params: Mapping[str, Any]) -> list[Any]:
+        """Every row of ``q``, read by name (``q.row``)."""
         cur = tx.connection.cursor()
         try:
             cur.execute(q.sql, q.args(params))
-            return list(cur.fetchall())
+            return list(map(q.row._make, cur.fetchall()))
         finally:
             cur.close()
 
     @staticmethod
     def _fetchone(tx: Tx, q: Compiled, params: Mapping[str, Any]) -> Any:
+        """The first row of ``q``, read by name (``q.row``), or ``None``."""
         cur = tx.connection.cursor()
         try:
             cur.execute(q.sql, q.args(params))
-            return cur.fetchone()
+            r = cur.fetchone()
+            return None if r is None else q.row._make(r)
+        finally:
+            cur.close()
+
+    @staticmethod
+    def _fetchcolumn(tx: Tx, q: Compiled, params: Mapping[str, Any]) -> list[Any]:
+        """The values of a one-column statement (its rows need no names)."""
+        assert len(q.row._fields) == 1, "a statement of one column"
+        cur = tx.connection.cursor()
+        try:
+            cur.execute(q.sql, q.args(params))
+            return [r for (r,) in cur.fetchall()]
         finally:
             cur.close()
 
@@ -343,10 +350,7 @@ class SqlTransactions(Sealing, Storage):
         with self._errors(), self.engine.connect() as conn:
             if not inspect(conn).has_table(VERSION_TABLE):
                 return None
-            rev = conn.exec_driver_sql(
-                # A constant identifier from schema.py, not user input.
-                "SELECT version_num FROM " + VERSION_TABLE
-            ).scalar()
+            rev = conn.execute(select(column("version_num")).select_from(table(VERSION_TABLE))).scalar()
             return None if rev is None else str(rev)
 
 
