@@ -119,16 +119,16 @@ def test_a_schema_copied_from_the_template_is_the_migrated_schema(
 ) -> None:
     suffix, options = PG_KINDS[kind]
     copied = pg_schema.rsplit("%3D", 1)[1]
-    migrated = migrated_schema
     assert templates.fill(pg_schema + suffix, options), "the fixture's schema was not copied"
     with EventStore(pg_schema.replace(copied, migrated_schema) + suffix, **options) as store:
         store.migrate()
 
     dsn = _psycopg_dsn(pg_admin_url())
-    dumps = [templates.pg_dump_text(dsn, s).replace(s, "{schema}") for s in (copied, migrated)]
+    dumps = [templates.pg_dump_text(dsn, n).replace(n, "{schema}")
+             for n in (copied, migrated_schema)]
     assert dumps[0] == dumps[1]
-    assert _pg_catalogue(dsn, copied) == _pg_catalogue(dsn, migrated_schema)
     catalogue = _pg_catalogue(dsn, copied)
+    assert catalogue == _pg_catalogue(dsn, migrated_schema)
     assert ("rows", VERSION_TABLE, repr([(HEAD_REVISION,)]), "", "") in catalogue
     partitioned = [r[1] for r in catalogue if r[0] == "relation" and r[2].startswith("p ")]
     assert partitioned == ([] if kind == "plain" else ["events", "snapshots"])
