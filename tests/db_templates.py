@@ -106,13 +106,15 @@ def fill(url: str, options: dict[str, Any]) -> bool:
     u = make_url(url)
     settings = u.query.get("options")
     m = _SEARCH_PATH.search(settings) if isinstance(settings, str) else None
-    if m is None or not _take(m.group(1)):
+    # The admin connection replays the template: only into its own database (a test may
+    # name the same schema in another database of the server).
+    if m is None or _target(url) != _target(_T.admin_dsn) or not _take(m.group(1)):
         return False
     schema = m.group(1)
-    # What decides the schema `migrate` makes: the server and database, the other `-c`
-    # settings (eventstore.partitions), the partitions option; not application_name.
+    # What else decides the schema `migrate` makes: the other `-c` settings
+    # (eventstore.partitions) and the partitions option; not application_name.
     partitions = options.get("partitions", 0)
-    key = (u.set(query={}).render_as_string(), settings.replace(m.group(0), ""), partitions)
+    key = (settings.replace(m.group(0), ""), partitions)
     template, script = _pg_template(url, schema, partitions, key)
     from psycopg import errors
 
@@ -121,6 +123,11 @@ def fill(url: str, options: dict[str, Any]) -> bool:
     except (errors.DuplicateTable, errors.DuplicateObject, errors.DuplicateFunction):
         return False  # the test made something there first: let Alembic meet it
     return True
+
+
+def _target(url: str) -> tuple[Any, ...]:
+    u = make_url(url) if url else None
+    return () if u is None else (u.host, u.port, u.database, u.username)
 
 
 def _take(name: str) -> bool:

@@ -18,6 +18,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from sqlalchemy.engine import make_url
 
 import db_templates as templates
 from conftest import _psycopg_dsn, pg_admin_url
@@ -183,3 +184,9 @@ def test_a_database_the_test_already_used_is_migrated_not_copied(db_url: str) ->
 def test_options_that_may_change_the_schema_get_no_copy(db_url: str) -> None:
     assert not templates.fill(db_url, {"replicas": [db_url]})
     assert templates.fill(db_url, {"seal": False})
+
+
+def test_the_same_schema_name_in_another_database_is_migrated_not_copied(pg_schema: str) -> None:
+    elsewhere = make_url(pg_schema).set(database="elsewhere").render_as_string(hide_password=False)
+    assert not templates.fill(elsewhere, {})
+    assert templates.fill(pg_schema, {}), "the test's own schema is still untouched"
