@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from hypothesis import HealthCheck, settings
 
+import db_templates as templates
+
 settings.register_profile(
     "default",
     deadline=None,
@@ -49,20 +51,29 @@ def _psycopg_dsn(url: str) -> str:
 
 
 @pytest.fixture
-def pg_schema() -> Iterator[str]:
-    """A fresh, empty PostgreSQL schema for one test; yields a URL whose search_path is it."""
-    import psycopg
-
+def pg_schema(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh, empty PostgreSQL schema for one test; yields a URL whose search_path is it.
+    The first migrated store on it (:func:`make_store`) replays the template instead of
+    Alembic, unless the test is marked ``migrations``."""
     admin = pg_admin_url()
+    dsn = _psycopg_dsn(admin)
     schema = f"t_{uuid.uuid4().hex[:16]}"
-    with psycopg.connect(_psycopg_dsn(admin), autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
+    templates.admin_execute(dsn, f'CREATE SCHEMA "{schema}"')
+    if not request.node.get_closest_marker("migrations"):
+        templates.offer(schema)
     sep = "&" if "?" in admin else "?"
     try:
         yield f"{admin}{sep}options=-csearch_path%3D{schema}"
     finally:
-        with psycopg.connect(_psycopg_dsn(admin), autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+        templates.withdraw(schema)
+        templates.admin_execute(dsn, f'DROP SCHEMA "{schema}" CASCADE')
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _templates() -> Iterator[None]:
+    """Drop this worker's template schemas and files when its tests are done."""
+    yield
+    templates.close()
 
 
 #: The pytest-xdist group (``--dist loadgroup``, see pyproject.toml) of the tests that stop,
@@ -130,7 +141,10 @@ def backend(request: pytest.FixtureRequest) -> str:
 def db_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
     """A URL to an empty database of the parametrized backend, private to this test."""
     if backend == "sqlite":
-        return f"sqlite:///{tmp_path / 'events.db'}"
+        path = str(tmp_path / "events.db")
+        if not request.node.get_closest_marker("migrations"):
+            templates.offer(path)
+        return f"sqlite:///{path}"
     url = str(request.getfixturevalue("pg_schema"))
     if backend == PARTITIONED:
         # The server setting `migrate` honours when no `partitions` option is given, so
@@ -140,12 +154,11 @@ def db_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
 
 
 def make_store(url: str, **options: object) -> "EventStore":
-    """An EventStore on ``url`` with the schema migrated."""
+    """An EventStore on ``url`` with the schema migrated (copied from the template when
+    ``url`` is this test's untouched database: see tests/db_templates.py)."""
     from eventstore import EventStore
 
-    store = EventStore(url, **options)  # type: ignore[arg-type]
-    store.migrate()
-    return store
+    return templates.migrated(EventStore, url, **options)
 
 
 def wait_until(ready: Callable[[], object], what: str, timeout: float = 60.0) -> None:

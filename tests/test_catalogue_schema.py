@@ -19,6 +19,7 @@ def _infos(store: Any) -> list[tuple[Any, ...]]:
     return [(s.id, s.status, s.title, s.updated_at, s.turns) for s in store.sessions()]
 
 
+@pytest.mark.migrations  # downgrades and upgrades: Alembic's own schema
 def test_revision_0007_backfills_existing_sessions(db_url: str, raw_engine: Engine) -> None:
     with make_store(db_url, snapshot_every=3) as store:
         store.append("a", [{"type": "send", "id": "u1", "text": "first"}, {"type": "part", "part": {"type": "finish"}}])

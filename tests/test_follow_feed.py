@@ -369,6 +369,7 @@ def test_imported_sessions_appear_in_the_feed(store: EventStore, tmp_path: Any) 
     assert got == [("a", 1), ("a", 2)]
 
 
+@pytest.mark.migrations  # downgrades and upgrades: Alembic's own schema
 def test_events_recorded_before_the_feed_revision_come_first_in_session_order(
     db_url: str, raw_engine: Engine
 ) -> None:

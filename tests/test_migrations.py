@@ -21,6 +21,9 @@ from eventstore import EventStore
 
 REPO = Path(__file__).resolve().parents[1]
 
+# Every migration here is Alembic's own, never the copy of a migrated template.
+pytestmark = pytest.mark.migrations
+
 
 def _diffs(engine: Engine) -> list[object]:
     sqlite = engine.dialect.name == "sqlite"

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Iterator
 from types import TracebackType
 from typing import Any
 
+import db_templates as templates
 from eventstore import AsyncEventStore
 
 __all__ = ["BlockingAsyncStore", "BlockingTurn", "make_async_store", "ITERATORS", "CONTEXTS"]
@@ -116,6 +117,4 @@ class BlockingTurn:
 
 def make_async_store(url: str, **options: Any) -> BlockingAsyncStore:
     """Like ``conftest.make_store``, for the async twin: migrated, ready to use."""
-    store = BlockingAsyncStore(url, **options)
-    store.migrate()
-    return store
+    return templates.migrated(BlockingAsyncStore, url, **options)
