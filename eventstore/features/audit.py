@@ -138,7 +138,6 @@ def _erase(engine: Engine, session: str, why: str, actor: str | None, cutoff: in
             if any(_last_activity(engine, tx, r) >= cutoff for r in family):
                 return []
         done = st.erase_session(tx, row.pk, erased_at=now_micros(), actor=actor, reason=why)
-        st.collect_blobs(tx, done.blob_candidates)
     # The cached heads and states of the erased sessions must not be reused.
     engine.planner.clear()
     return [t.session_id for t in done.tombstones]

@@ -85,10 +85,14 @@ WITH moved AS (
          AS u(version, event_id, type, turn, payload, hash)
     RETURNING 1
 ), blobs AS (
-    INSERT INTO snapshot_blobs (digest, body)
-    SELECT b.digest, b.body
-    FROM moved, unnest(%(digests)b::bytea[], %(bodies)b::bytea[]) AS b(digest, body)
-    ON CONFLICT DO NOTHING
+    -- Each blob with the references this batch's snapshots add (see snapshot_blobs.refs),
+    -- in digest order: the conflict locks a stored blob's row, so a blob collection waits
+    -- for this commit or, having deleted it first, makes this insert store it again.
+    INSERT INTO snapshot_blobs (digest, body, refs)
+    SELECT b.digest, b.body, b.refs
+    FROM moved, unnest(%(digests)b::bytea[], %(bodies)b::bytea[], %(refs)b::int[])
+         AS b(digest, body, refs)
+    ON CONFLICT (digest) DO UPDATE SET refs = snapshot_blobs.refs + excluded.refs
 ), snaps AS (
     INSERT INTO snapshots (session_pk, version, reducer_version, rest, message_digests)
     SELECT moved.pk, n.version, n.reducer_version, n.rest, n.message_digests
@@ -178,12 +182,16 @@ WITH b AS (
     JOIN b ON b.pk = u.pk
     WHERE u.pk IN (SELECT pk FROM moved)
 ), blobs AS (
-    INSERT INTO snapshot_blobs (digest, body)
-    SELECT n.digest, n.body
-    FROM unnest(%(b_pks)b::int[], %(b_digests)b::bytea[], %(b_bodies)b::bytea[])
-         AS n(pk, digest, body)
+    -- As in APPEND_FAST; two sessions may send the same blob (one row: one conflict each).
+    INSERT INTO snapshot_blobs (digest, body, refs)
+    SELECT n.digest, (array_agg(n.body))[1], sum(n.refs)::int
+    FROM unnest(%(b_pks)b::int[], %(b_digests)b::bytea[], %(b_bodies)b::bytea[],
+                %(b_refs)b::int[])
+         AS n(pk, digest, body, refs)
     WHERE n.pk IN (SELECT pk FROM moved)
-    ON CONFLICT DO NOTHING
+    GROUP BY n.digest
+    ORDER BY n.digest
+    ON CONFLICT (digest) DO UPDATE SET refs = snapshot_blobs.refs + excluded.refs
 ), snaps AS (
     INSERT INTO snapshots (session_pk, version, reducer_version, rest, message_digests)
     SELECT n.pk, n.version, n.reducer_version, n.rest, n.message_digests

@@ -288,3 +288,17 @@ def session_row(r: Any) -> SessionRow:
         baseline_turn=r[9],
         created_at=r[10],
     )
+
+# A blob's reference count (see ``snapshot_blobs.refs``): raised for the blobs a snapshot
+# write names without sending (already written in the same transaction, so their rows are
+# locked by it), lowered for those a deleted snapshot named.
+S_ADD_BLOB_REFS = (
+    update(snapshot_blobs)
+    .where(snapshot_blobs.c.digest == _P("d"))
+    .values(refs=snapshot_blobs.c.refs + _P("n"))
+)
+S_DROP_BLOB_REFS = (
+    update(snapshot_blobs)
+    .where(snapshot_blobs.c.digest == _P("d"))
+    .values(refs=snapshot_blobs.c.refs - _P("n"))
+)
