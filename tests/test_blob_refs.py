@@ -53,6 +53,37 @@ def _counts_match_the_snapshots(url: str) -> None:
     assert stored == named
 
 
+def test_sealing_thins_sealed_snapshots_and_collects_their_blobs(db_url: str) -> None:
+    actions = chat_session(6, seed=11)
+    with make_store(db_url, snapshot_every=EVERY, seal=False) as store:
+        for i in range(0, len(actions), 7):
+            store.append("a", actions[i : i + 7])
+        store.branch("a", at=100, new_id="a-fork")
+        store.append("a-fork", chat_session(2, seed=12))
+        for i in range(0, len(actions), 7):
+            store.append("b", actions[i : i + 7])  # the same chat: every blob shared
+        _counts_match_the_snapshots(db_url)
+        blobs = _rows(db_url, "SELECT count(*) FROM snapshot_blobs")[0][0]
+        versions = [v for (v,) in _rows(db_url, "SELECT version FROM snapshots s JOIN sessions x ON x.pk = s.session_pk WHERE x.id = 'a' ORDER BY 1")]
+        store.seal()
+        kept = [v for (v,) in _rows(db_url, "SELECT version FROM snapshots s JOIN sessions x ON x.pk = s.session_pk WHERE x.id = 'a' ORDER BY 1")]
+        sealed_to = _rows(db_url, "SELECT max(g.last_version) FROM event_segments g JOIN sessions x ON x.pk = g.session_pk WHERE x.id = 'a'")[0][0]
+        every = sealer.SEALED_SNAPSHOT_SPACING * EVERY
+        assert kept == [v for v in versions if v > sealed_to or v % every == 0 or v == max(versions)]
+        assert len(kept) < len(versions)
+        _counts_match_the_snapshots(db_url)
+        assert _rows(db_url, "SELECT count(*) FROM snapshot_blobs")[0][0] < blobs
+        for s in ("a", "b"):
+            for v in range(0, len(actions) + 1, 5):
+                assert store.load(s, version=v).to_json() == fold(actions[:v]).to_json()
+        assert store.load("a-fork").to_json() == fold(actions[:100] + chat_session(2, seed=12)).to_json()
+        assert store.verify().ok
+        store.erase("a", reason="test")
+        store.erase("b", reason="test")
+        _counts_match_the_snapshots(db_url)
+        assert _rows(db_url, "SELECT count(*) FROM snapshot_blobs") == [(0,)]
+
+
 def _blocked(url: str, entered: threading.Event) -> Callable[[], bool]:
     """Whether the other thread waits: on PostgreSQL for a row lock, on SQLite (one writer)
     once it has started its write transaction."""

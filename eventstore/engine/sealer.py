@@ -44,6 +44,10 @@ TURNS_PER_TRANSACTION = 16
 MIN_EVENTS = 32
 #: Turns listed per look for them.
 _LISTED = 4096
+#: Inside sealed turns, one snapshot in this many is kept (the others go, with the blobs
+#: only they named): an old-version checkout folds up to this many times
+#: ``snapshot_every`` events, for a sealed session's snapshot bytes roughly halved.
+SEALED_SNAPSHOT_SPACING = 2
 #: Seconds before the worker tries again sessions it could not seal (a held row lock,
 #: the feed's barrier not past the turn yet).
 RETRY_AFTER = 0.5
@@ -166,9 +170,14 @@ class Sealer:
                 if row is None:
                     continue
                 hashed_as = eng.event_names(tx, [row])[row.pk]
-                for t in turns:
-                    if st.seal_turn(tx, row, t, hashed_as):
-                        done.append(t)
+                sealed = [t for t in turns if st.seal_turn(tx, row, t, hashed_as)]
+                if sealed:
+                    # From one snapshot_every back: the previous round kept what was then the
+                    # session's newest snapshot, which lies there.
+                    first = max(1, sealed[0].first - eng.snapshot_every)
+                    every = SEALED_SNAPSHOT_SPACING * eng.snapshot_every
+                    st.thin_snapshots(tx, pk, first=first, last=sealed[-1].last, keep_every=every)
+                done += sealed
         return done
 
     # -- the background worker ----------------------------------------------------------
