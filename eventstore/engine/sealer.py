@@ -164,6 +164,7 @@ class Sealer:
         by_session: dict[int, list[SealableTurn]] = {}
         for t in batch:
             by_session.setdefault(t.session_pk, []).append(t)
+        thin: dict[int, tuple[int, int]] = {}
         with st.write() as tx:
             for pk, turns in by_session.items():
                 row = st.session(tx, pk=pk, lock=True, wait=wait)
@@ -174,10 +175,15 @@ class Sealer:
                 if sealed:
                     # From one snapshot_every back: the previous round kept what was then the
                     # session's newest snapshot, which lies there.
-                    first = max(1, sealed[0].first - eng.snapshot_every)
-                    every = SEALED_SNAPSHOT_SPACING * eng.snapshot_every
-                    st.thin_snapshots(tx, pk, first=first, last=sealed[-1].last, keep_every=every)
+                    thin[pk] = (max(1, sealed[0].first - eng.snapshot_every), sealed[-1].last)
                 done += sealed
+        # One transaction per session: each locks only its own blobs' rows, in digest order
+        # as appends do (several sessions' in one would lock them in no global order).
+        every = SEALED_SNAPSHOT_SPACING * eng.snapshot_every
+        for pk, (first, last) in thin.items():
+            with st.write() as tx:
+                if st.session(tx, pk=pk, lock=True, wait=wait) is not None:
+                    st.thin_snapshots(tx, pk, first=first, last=last, keep_every=every)
         return done
 
     # -- the background worker ----------------------------------------------------------

@@ -14,7 +14,7 @@ a ``SECURITY DEFINER`` function of the owner (search path pinned to the schema, 
 ``pg_temp``; ``EXECUTE`` revoked from ``PUBLIC``, given to the application by the
 grants), deletes the snapshots of one session row between two versions that lie inside
 its sealed segments, except those at a multiple of ``p_keep``, the compaction baseline and
-the session's newest; it lowers the counts of their blobs, in digest order (the order
+the session's newest (under the session row's lock); it lowers the counts of their blobs, in digest order (the order
 appends lock them in) and deletes the blobs left at 0. The sealer calls it after sealing a
 session's turns. A caller can thereby only make loads inside sealed turns fold more
 events, never change what they return.
@@ -65,6 +65,9 @@ def pg_thin_function(schema: str) -> tuple[str, ...]:
                 RAISE EXCEPTION 'eventstore_thin_snapshots: p_keep must be positive, got %', p_keep
                     USING ERRCODE = 'invalid_parameter_value';
             END IF;
+            -- The session's lock, as every writer of its snapshots takes it: a compaction
+            -- cannot move the baseline under this delete.
+            PERFORM 1 FROM {schema}.sessions s WHERE s.pk = p_pk FOR UPDATE;
             WITH gone AS (
                 DELETE FROM {schema}.snapshots x
                  WHERE x.session_pk = p_pk AND x.version BETWEEN p_first AND p_last
