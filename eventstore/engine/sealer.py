@@ -164,7 +164,7 @@ class Sealer:
         by_session: dict[int, list[SealableTurn]] = {}
         for t in batch:
             by_session.setdefault(t.session_pk, []).append(t)
-        thin: dict[int, tuple[int, int]] = {}
+        thin: dict[int, int] = {}
         with st.write() as tx:
             for pk, turns in by_session.items():
                 row = st.session(tx, pk=pk, lock=True, wait=wait)
@@ -173,17 +173,17 @@ class Sealer:
                 hashed_as = eng.event_names(tx, [row])[row.pk]
                 sealed = [t for t in turns if st.seal_turn(tx, row, t, hashed_as)]
                 if sealed:
-                    # From one snapshot_every back: the previous round kept what was then the
-                    # session's newest snapshot, which lies there.
-                    thin[pk] = (max(1, sealed[0].first - eng.snapshot_every), sealed[-1].last)
+                    # From the first version: a round kept what was then the session's newest
+                    # snapshot, and one that found the session's row held thinned nothing.
+                    thin[pk] = sealed[-1].last
                 done += sealed
         # One transaction per session: each locks only its own blobs' rows, in digest order
         # as appends do (several sessions' in one would lock them in no global order).
         every = SEALED_SNAPSHOT_SPACING * eng.snapshot_every
-        for pk, (first, last) in thin.items():
+        for pk, last in thin.items():
             with st.write() as tx:
                 if st.session(tx, pk=pk, lock=True, wait=wait) is not None:
-                    st.thin_snapshots(tx, pk, first=first, last=last, keep_every=every)
+                    st.thin_snapshots(tx, pk, first=1, last=last, keep_every=every)
         return done
 
     # -- the background worker ----------------------------------------------------------
