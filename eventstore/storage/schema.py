@@ -200,8 +200,9 @@ snapshot_blobs = Table(
     Column("body", LargeBinary, nullable=False),
     # How many references the snapshots hold to this blob (a snapshot naming it twice
     # counts twice). Raised in the transaction that writes a snapshot, lowered in the one
-    # that deletes it; a blob at 0 may be deleted. It may over-state (a snapshot written
-    # over another keeps the old one's references), never under-state.
+    # that deletes it; a blob at 0 may be deleted. It may over-state (PostgreSQL's
+    # one-statement appends do not release a snapshot they write over, which an append
+    # beyond the head never meets), never under-state.
     Column("refs", Integer, nullable=False, server_default="0"),
 )
 

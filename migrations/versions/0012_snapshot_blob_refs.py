@@ -5,8 +5,9 @@ naming a blob twice counts twice). A snapshot write raises it in its own transac
 upsert whose conflict locks the blob's row), a snapshot's deletion lowers it, and a blob
 at 0 is deleted there and then: no scan of every snapshot's digests and no table lock, so
 a session's deletion can release its blobs while other sessions write snapshots that
-share them. A count may over-state (a snapshot written over another at the same version
-keeps the old one's references: the blob outlives it), never under-state. This revision
+share them. A count may over-state (a snapshot written over another by PostgreSQL's
+one-statement append keeps the old one's references: the blob outlives it), never
+under-state. This revision
 computes the counts of the blobs stored before it (under the snapshot writers' lock).
 
 PostgreSQL: the application role may not delete snapshots. ``eventstore_thin_snapshots``,

@@ -141,6 +141,9 @@ class Snapshots(SqlTransactions):
         held = [{"d": d, "n": n} for d, n in refs.items() if d not in blobs]
         if held:
             self._runmany(tx, self._q_add_blob_refs, held)
+        replaced = self._fetchone(tx, self._q_snapshot_digests, {"pk": snap.session_pk, "v": snap.version})
+        if replaced is not None:  # written over (a compaction's baseline): its names go
+            release_blobs(tx, blob_refs([bytes(replaced[0])]))
         self._run(
             tx,
             self._q_upsert_snapshot,

@@ -302,3 +302,7 @@ S_DROP_BLOB_REFS = (
     .where(snapshot_blobs.c.digest == _P("d"))
     .values(refs=snapshot_blobs.c.refs - _P("n"))
 )
+# The blobs a snapshot about to be written over names (their references are released).
+S_SNAPSHOT_DIGESTS = select(snapshots.c.message_digests).where(
+    snapshots.c.session_pk == _P("pk"), snapshots.c.version == _P("v")
+)

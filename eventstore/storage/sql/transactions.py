@@ -31,6 +31,7 @@ from eventstore.storage.sql.statements import (
     S_READ_PAYLOADS,
     S_SESSION_IDS,
     S_SET_HEAD,
+    S_SNAPSHOT_DIGESTS,
     S_SNAPSHOTS_RANGE,
     S_TURN_CLAIM,
     S_TURN_MOVE,
@@ -106,6 +107,7 @@ class SqlTransactions(Sealing, Storage):
         self._q_snapshots = Compiled(S_SNAPSHOTS_RANGE, d)
         self._q_insert_blobs = Compiled(self._upsert_blobs(), d)
         self._q_add_blob_refs = Compiled(S_ADD_BLOB_REFS, d)
+        self._q_snapshot_digests = Compiled(S_SNAPSHOT_DIGESTS, d)
         self._q_upsert_snapshot = Compiled(self._upsert_snapshot(), d)
         self._q_latest: dict[tuple[int, int], Compiled] = {}
         self._q_ordered_blobs = Compiled(ordered_blobs_stmt(), d)
