@@ -10,6 +10,7 @@ either order, on both backends.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -19,7 +20,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from conftest import make_store, wait_until
-from eventstore import fold
+from eventstore import AsyncEventStore, fold
 from eventstore.core.codec import SnapshotCodec
 from eventstore.core.reducer import REDUCER_VERSION
 from eventstore.core.rows import DIGEST_SIZE, SnapshotRow
@@ -82,6 +83,25 @@ def test_sealing_thins_sealed_snapshots_and_collects_their_blobs(db_url: str) ->
         store.erase("b", reason="test")
         _counts_match_the_snapshots(db_url)
         assert _rows(db_url, "SELECT count(*) FROM snapshot_blobs") == [(0,)]
+
+
+def test_a_group_commit_of_sessions_sharing_blobs_counts_each_reference(db_url: str) -> None:
+    # Four sessions of the same chat, appended together: their snapshots name the same
+    # blobs in one grouped statement (PostgreSQL: one row per blob, every reference counted).
+    actions = chat_session(2, seed=31)
+
+    async def scenario() -> None:
+        store = AsyncEventStore(db_url, snapshot_every=4, seal=False)
+        await store.migrate()
+        async with store:
+            for i in range(0, len(actions), 3):
+                await asyncio.gather(*(store.append(f"s{k}", actions[i : i + 3]) for k in range(4)))
+            for k in range(4):
+                assert (await store.load(f"s{k}")).to_json() == fold(actions).to_json()
+
+    asyncio.run(scenario())
+    _counts_match_the_snapshots(db_url)
+    assert max(n for (n,) in _rows(db_url, "SELECT refs FROM snapshot_blobs")) >= 4
 
 
 def _blocked(url: str, entered: threading.Event) -> Callable[[], bool]:
