@@ -416,7 +416,9 @@ class Storage(Protocol):
         transaction sent (their rows are already written and locked by it).
         """
 
-    def thin_snapshots(self, tx: Tx, session_pk: int, *, first: int, last: int, keep_every: int) -> int:
+    def thin_snapshots(
+        self, tx: Tx, session_pk: int, *, first: int, last: int, keep_every: int
+    ) -> int:
         """Delete the snapshots of a session row between ``first`` and ``last`` that lie
         inside its sealed segments, except those at a multiple of ``keep_every``, the
         compaction baseline and the row's newest; release their blobs (a blob no snapshot

@@ -2,23 +2,23 @@
 
 ``snapshot_blobs.refs`` counts the references the snapshots hold to each blob (a snapshot
 naming a blob twice counts twice). A snapshot write raises it in its own transaction (an
-upsert whose conflict locks the blob's row), a snapshot's deletion lowers it, and a blob
-at 0 is deleted there and then: no scan of every snapshot's digests and no table lock, so
-a session's deletion can release its blobs while other sessions write snapshots that
-share them. A count may over-state (a snapshot written over another by PostgreSQL's
-one-statement append keeps the old one's references: the blob outlives it), never
-under-state. This revision
-computes the counts of the blobs stored before it (under the snapshot writers' lock).
+upsert whose conflict locks the blob's row), a snapshot's deletion lowers it, and a blob at
+0 is deleted there and then: no scan of every snapshot's digests and no table lock, so a
+session's deletion can release its blobs while other sessions write snapshots that share
+them. A count may over-state (a snapshot written over another by PostgreSQL's one-statement
+append keeps the old one's references: the blob outlives it), never under-state. This
+revision computes the counts of the blobs stored before it (under the snapshot writers'
+lock).
 
-PostgreSQL: the application role may not delete snapshots. ``eventstore_thin_snapshots``,
-a ``SECURITY DEFINER`` function of the owner (search path pinned to the schema, then
-``pg_temp``; ``EXECUTE`` revoked from ``PUBLIC``, given to the application by the
-grants), deletes the snapshots of one session row between two versions that lie inside
-its sealed segments, except those at a multiple of ``p_keep``, the compaction baseline and
-the session's newest (under the session row's lock); it lowers the counts of their blobs, in digest order (the order
-appends lock them in) and deletes the blobs left at 0. The sealer calls it after sealing a
-session's turns. A caller can thereby only make loads inside sealed turns fold more
-events, never change what they return.
+PostgreSQL: the application role may not delete snapshots. ``eventstore_thin_snapshots``, a
+``SECURITY DEFINER`` function of the owner (search path pinned to the schema, then
+``pg_temp``; ``EXECUTE`` revoked from ``PUBLIC``, given to the application by the grants),
+deletes the snapshots of one session row between two versions that lie inside its sealed
+segments, except those at a multiple of ``p_keep``, the compaction baseline and the
+session's newest (under the session row's lock); it lowers the counts of their blobs, in
+digest order (the order appends lock them in) and deletes the blobs left at 0. The sealer
+calls it after sealing a session's turns. A caller can thereby only make loads inside sealed
+turns fold more events, never change what they return.
 
 SQLite (no roles): the store runs the same deletes itself.
 
@@ -136,7 +136,8 @@ def upgrade() -> None:
         op.execute(_PG_COUNT_REFS)
         bind = op.get_bind()
         schema = bind.execute(sa.text("SELECT current_schema()")).scalar()
-        for statement in pg_thin_function(bind.dialect.identifier_preparer.quote_schema(str(schema))):
+        quoted = bind.dialect.identifier_preparer.quote_schema(str(schema))
+        for statement in pg_thin_function(quoted):
             op.execute(statement)
     else:
         _count_refs_sqlite(op.get_bind())

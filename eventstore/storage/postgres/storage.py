@@ -141,7 +141,9 @@ class PostgresStorage(HotAppends, HotLoads):
             select(func.eventstore_seal(pk, turn.first, turn.last, prev, body))
         ).all()
 
-    def thin_snapshots(self, tx: Tx, session_pk: int, *, first: int, last: int, keep_every: int) -> int:
+    def thin_snapshots(
+        self, tx: Tx, session_pk: int, *, first: int, last: int, keep_every: int
+    ) -> int:
         # The application role cannot delete snapshots: the owner's function does, only
         # inside sealed segments, never the baseline nor the newest, and releases their
         # blobs (migrations/versions/0012_snapshot_blob_refs.py).

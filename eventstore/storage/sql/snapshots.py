@@ -50,19 +50,17 @@ def release_blobs(tx: Tx, refs: Mapping[bytes, int]) -> int:
     tx.execute(S_DROP_BLOB_REFS, [{"d": d, "n": n} for d, n in sorted(refs.items())])
     deleted = 0
     for chunk in chunks(sorted(refs), CHUNK):
-        deleted += tx.execute(
-            delete(snapshot_blobs).where(snapshot_blobs.c.digest.in_(list(chunk)), snapshot_blobs.c.refs <= 0)
-        ).rowcount
+        b = snapshot_blobs.c
+        unused = delete(snapshot_blobs).where(b.digest.in_(list(chunk)), b.refs <= 0)
+        deleted += tx.execute(unused).rowcount
     return int(deleted)
 
 
 def drop_snapshots(tx: Tx, *where: Any) -> tuple[int, set[bytes]]:
     """Delete the snapshots matching ``where`` and release their blobs: the number of
     snapshots deleted and the digests they named."""
-    mds = [
-        bytes(md)
-        for (md,) in tx.execute(delete(snapshots).where(*where).returning(snapshots.c.message_digests))
-    ]
+    gone = delete(snapshots).where(*where).returning(snapshots.c.message_digests)
+    mds = [bytes(md) for (md,) in tx.execute(gone)]
     refs = blob_refs(mds)
     release_blobs(tx, refs)
     return len(mds), set(refs)
@@ -141,7 +139,8 @@ class Snapshots(SqlTransactions):
         held = [{"d": d, "n": n} for d, n in refs.items() if d not in blobs]
         if held:
             self._runmany(tx, self._q_add_blob_refs, held)
-        replaced = self._fetchone(tx, self._q_snapshot_digests, {"pk": snap.session_pk, "v": snap.version})
+        key = {"pk": snap.session_pk, "v": snap.version}
+        replaced = self._fetchone(tx, self._q_snapshot_digests, key)
         if replaced is not None:  # written over (a compaction's baseline): its names go
             release_blobs(tx, blob_refs([bytes(replaced[0])]))
         self._run(
@@ -156,7 +155,9 @@ class Snapshots(SqlTransactions):
             },
         ).close()
 
-    def thin_snapshots(self, tx: Tx, session_pk: int, *, first: int, last: int, keep_every: int) -> int:
+    def thin_snapshots(
+        self, tx: Tx, session_pk: int, *, first: int, last: int, keep_every: int
+    ) -> int:
         s, g = snapshots.c, event_segments.c
         newest = select(func.max(s.version)).where(s.session_pk == session_pk).scalar_subquery()
         baseline = select(sessions.c.baseline).where(sessions.c.pk == session_pk).scalar_subquery()
@@ -168,7 +169,9 @@ class Snapshots(SqlTransactions):
             s.version != baseline,
             s.version < newest,
             exists().where(
-                g.session_pk == session_pk, g.first_version <= s.version, g.last_version >= s.version
+                g.session_pk == session_pk,
+                g.first_version <= s.version,
+                g.last_version >= s.version,
             ),
         )
         return n

@@ -146,7 +146,9 @@ class SqlTransactions(Sealing, Storage):
         The conflict takes the existing row's lock, so a blob collection cannot delete it
         before this transaction ends, and one waiting to delete it sees the raised count.
         """
-        stmt = self._insert(snapshot_blobs).values(digest=_P("digest"), body=_P("body"), refs=_P("refs"))
+        stmt = self._insert(snapshot_blobs).values(
+            digest=_P("digest"), body=_P("body"), refs=_P("refs")
+        )
         return stmt.on_conflict_do_update(
             index_elements=[snapshot_blobs.c.digest],
             set_={"refs": snapshot_blobs.c.refs + stmt.excluded.refs},
