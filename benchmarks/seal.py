@@ -15,7 +15,8 @@ of a 200-turn session). It also times the head load and an old-version checkout.
 already holds one (after ``VACUUM FULL``: live data), table by table — the rule of
 ``python -m benchmarks compare``'s "+1 session" column, which leaves out the schema's fixed
 cost — for the bare table, eventstore with ``seal=False``, and eventstore sealing with
-``snapshot_every`` at 128 and at the default; then the client CPU time of a head load and of
+``snapshot_every`` at 128 and at the default (keeping every snapshot inside sealed turns, one
+in two — the default — and one in four); then the client CPU time of a head load and of
 old-version checkouts on those stores, in interleaved rounds (medians).
 
 ``--codec`` measures the segment codec on its own (zlib at 6 and 9, zstd at 3 and 19, with
@@ -43,6 +44,7 @@ from benchmarks._common import split_turns
 from benchmarks.peers.base import pg_url
 from benchmarks.peers.eventstore_target import EventstoreTarget
 from benchmarks.peers.raw_psycopg import RawPsycopg
+from eventstore.engine import sealer
 from eventstore.samples import chat_session
 
 __all__ = ["main"]
@@ -99,11 +101,15 @@ def _live_sizes(db: str) -> dict[str, int]:
         return {str(name): int(size) for name, size in conn.execute(_RELATIONS).fetchall()}
 
 
+# (name, snapshot_every, seal, how many snapshots in sealed turns are one kept: see
+# eventstore.engine.sealer.SEALED_SNAPSHOT_SPACING; 1 keeps them all, as before thinning).
 _VARIANTS = (
-    ("bare row", None, False),
-    ("eventstore, rows, snapshot_every=128", 128, False),
-    ("eventstore, sealed, snapshot_every=128", 128, True),
-    ("eventstore, sealed (default snapshot_every)", None, True),
+    ("bare row", None, False, None),
+    ("eventstore, rows, snapshot_every=128", 128, False, None),
+    ("eventstore, sealed, snapshot_every=128", 128, True, None),
+    ("eventstore, sealed, every sealed snapshot kept", None, True, 1),
+    ("eventstore, sealed (the defaults)", None, True, None),
+    ("eventstore, sealed, one sealed snapshot in 4 kept", None, True, 4),
 )
 
 
@@ -114,18 +120,23 @@ def _marginal(t: int, rounds: int) -> dict[str, Any]:
     n2 = sum(map(len, second))
     out: dict[str, Any] = {"events": n2, "variants": {}}
     opened = []
-    for i, (name, every, seal) in enumerate(_VARIANTS):
+    default_spacing = sealer.SEALED_SNAPSHOT_SPACING
+    for i, (name, every, seal, spacing) in enumerate(_VARIANTS):
         target: Any = RawPsycopg() if i == 0 else EventstoreTarget("postgresql", every, seal=seal)
         target.key = f"marg{i}"
         target.open(f"m{t}")
-        for session, turns in (("a", first), ("b", second)):
-            for turn in turns:
-                target.append(session, turn)
-            settle = getattr(target, "settle", None)
-            if settle is not None:
-                settle()
-            if session == "a":
-                before = _live_sizes(target.db)
+        sealer.SEALED_SNAPSHOT_SPACING = spacing or default_spacing
+        try:
+            for session, turns in (("a", first), ("b", second)):
+                for turn in turns:
+                    target.append(session, turn)
+                settle = getattr(target, "settle", None)
+                if settle is not None:
+                    settle()
+                if session == "a":
+                    before = _live_sizes(target.db)
+        finally:
+            sealer.SEALED_SNAPSHOT_SPACING = default_spacing
         after = _live_sizes(target.db)
         grew = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
         out["variants"][name] = {"bytes_per_event": sum(grew.values()) / n2, "tables": grew}

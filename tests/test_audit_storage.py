@@ -239,12 +239,10 @@ def test_erase_removes_a_session_and_its_branches_and_leaves_tombstones(
             assert left == 0, table
         assert _count(raw_engine, "SELECT count(*) FROM compaction_permits") == 0
 
-        # Blobs: those "keep" still uses stay; only the ones nothing references go.
-        with storage.write() as tx:
-            gone = storage.collect_blobs(tx, erasure.blob_candidates)
-        assert _count(raw_engine, "SELECT count(*) FROM snapshot_blobs") == blobs_before - gone
-        with storage.write() as tx:
-            assert storage.collect_blobs(tx) == 0  # a full pass finds nothing more
+        # Blobs: those "keep" still uses stay; the ones nothing references went with the
+        # snapshots, and every count is what the remaining snapshots name.
+        assert _count(raw_engine, "SELECT count(*) FROM snapshot_blobs") <= blobs_before
+        _assert_counts(raw_engine)
         assert store.load("keep").to_json() == keep_state
         assert store.verify().ok
         assert {s.id for s in store.sessions()} == {"keep", "solo"}
@@ -263,22 +261,31 @@ def test_erase_removes_a_session_and_its_branches_and_leaves_tombstones(
         store.close()
 
 
-def test_collect_blobs_removes_unreferenced_blobs_only(
+def _assert_counts(raw_engine: Engine) -> None:
+    """Every blob is counted as many times as the snapshots name it (and none at 0 is left)."""
+    with raw_engine.connect() as conn:
+        named: dict[bytes, int] = {}
+        for (md,) in conn.execute(text("SELECT message_digests FROM snapshots")):
+            for i in range(0, len(md), 16):
+                named[bytes(md[i : i + 16])] = named.get(bytes(md[i : i + 16]), 0) + 1
+        counts = {bytes(d): n for d, n in conn.execute(text("SELECT digest, refs FROM snapshot_blobs"))}
+    assert counts == named
+
+
+def test_compaction_deletes_the_blobs_only_its_snapshots_named(
     store: EventStore, storage: Storage, raw_engine: Engine
 ) -> None:
     store.append("s1", chat_session(turns=2, seed=1))
-    store.compact("s1", upto=10)  # leaves snapshots behind; blobs are shared, content-addressed
+    store.append("s2", chat_session(turns=2, seed=1))  # shares every blob with s1
+    store.append("s3", chat_session(turns=2, seed=2))
+    _assert_counts(raw_engine)
     total = _count(raw_engine, "SELECT count(*) FROM snapshot_blobs")
-    with raw_engine.begin() as conn:
-        # An unreferenced blob (its digest is its body's: PostgreSQL refuses any other).
-        conn.execute(
-            text("INSERT INTO snapshot_blobs VALUES (:d, :b)"), {"d": hashlib.sha256(b"{}").digest()[:16], "b": b"{}"}
-        )
-    with storage.write() as tx:
-        assert storage.collect_blobs(tx, [b"\x02" * 16]) == 0  # not a blob at all
-        assert storage.collect_blobs(tx) == 1
-    assert _count(raw_engine, "SELECT count(*) FROM snapshot_blobs") == total
-    assert store.verify("s1").ok
+    store.compact("s1", upto=store.head("s1") - 10)  # s2 still names every blob of s1's
+    _assert_counts(raw_engine)
+    assert _count(raw_engine, "SELECT count(*) FROM snapshot_blobs") >= total
+    store.compact("s3", upto=store.head("s3") - 10)  # named by s3 alone: they go
+    _assert_counts(raw_engine)
+    assert store.verify().ok
 
 
 # -- revision 0002 on a database that already holds events --------------------------------

@@ -245,3 +245,42 @@ def test_revision_0010_drops_poisoned_blobs_and_checks_new_ones(pg_schema: str) 
         assert _diffs(engine) == []
     finally:
         engine.dispose()
+
+
+def _blob_counts(engine: Engine) -> tuple[dict[bytes, int], dict[bytes, int]]:
+    """(each blob's stored count, how many times the snapshots name it)."""
+    with engine.connect() as conn:
+        named: dict[bytes, int] = {}
+        for (md,) in conn.execute(text("SELECT message_digests FROM snapshots")):
+            for i in range(0, len(md), 16):
+                named[bytes(md[i : i + 16])] = named.get(bytes(md[i : i + 16]), 0) + 1
+        stored = {bytes(d): n for d, n in conn.execute(text("SELECT digest, refs FROM snapshot_blobs"))}
+    return stored, named
+
+
+def test_revision_0012_counts_the_references_to_blobs_stored_before_it(
+    db_url: str, raw_engine: Engine
+) -> None:
+    from eventstore import fold
+    from eventstore.samples import chat_session
+
+    actions = chat_session(turns=3, seed=13)
+    with make_store(db_url, snapshot_every=16, seal=False) as store:
+        for s in ("a", "b"):  # the same chat: every blob named by two sessions
+            for i in range(0, len(actions), 9):
+                store.append(s, actions[i : i + 9])
+        store.branch("a", at=40, new_id="a-fork")
+        store.append("a-fork", [{"type": "stop"}] * 20)
+    with raw_engine.begin() as conn:
+        command.downgrade(alembic_config(conn), "0011_seal_segments")
+    assert "refs" not in {c["name"] for c in inspect(raw_engine).get_columns("snapshot_blobs")}
+    with make_store(db_url, snapshot_every=16) as store:  # upgraded again
+        stored, named = _blob_counts(raw_engine)
+        assert stored == named and max(named.values()) > 1
+        store.seal()  # thins the sealed turns' snapshots, releasing their blobs
+        stored, named = _blob_counts(raw_engine)
+        assert stored == named
+        for v in range(0, len(actions) + 1, 6):
+            assert store.load("b", version=v).to_json() == fold(actions[:v]).to_json()
+        assert store.verify().ok
+    assert _diffs(raw_engine) == []

@@ -251,14 +251,8 @@ def test_the_documented_maintenance_role(setup: dict[str, Any]) -> None:
             state = maint_store.load("s2", version=20).to_json()
             maint_store.compact("s2", upto=20)
             assert maint_store.load("s2", version=20).to_json() == state
-            erasure = _erase(maint_url, "s1")
+            erasure = _erase(maint_url, "s1")  # and the blobs only its snapshots named
             assert erasure is not None and len(erasure.tombstones) == 2
-            storage = open_storage(maint_url)
-            try:
-                with storage.write() as tx:  # takes the EXCLUSIVE lock on the snapshot tables
-                    storage.collect_blobs(tx, erasure.blob_candidates)
-            finally:
-                storage.close()
             assert maint_store.verify().ok
         with _raw(maint_url) as conn:
             # s2's one segment was cut (its kept events are rows again) and s1's were erased.
@@ -491,3 +485,52 @@ def test_the_application_role_seals_but_cannot_forge_or_remove_a_segment(setup: 
         head = conn.execute("SELECT head FROM sessions WHERE id = 's1'").fetchone()[0]
         with pytest.raises(psycopg.errors.IntegrityConstraintViolation):
             conn.execute("SELECT eventstore_seal(%s, %s, %s, '\\x00', '\\x00')", (pk, head, head))
+
+
+def test_the_application_role_thins_only_snapshots_inside_sealed_turns(setup: dict[str, Any]) -> None:
+    """Sealing thins snapshots through the owner's function: under the application role it
+    deletes nothing outside sealed segments, never a session's newest snapshot, and the
+    blob counts follow."""
+    from eventstore import fold
+
+    with EventStore(setup["owner"]) as owner_store:
+        owner_store.migrate()
+    with _raw(setup["owner"]) as conn:
+        conn.execute(setup["grants"])
+    actions = chat_session(turns=4, seed=8)
+    with EventStore(setup["app"], snapshot_every=16, seal=False) as app_store:
+        for i in range(0, len(actions), 9):
+            app_store.append("s", actions[i : i + 9])
+
+    def snapshots() -> list[int]:
+        with _raw(setup["app"]) as conn:
+            return [v for (v,) in conn.execute("SELECT version FROM snapshots ORDER BY 1")]
+
+    all_of_them = snapshots()
+    with _raw(setup["app"]) as conn:
+        (pk,) = conn.execute("SELECT pk FROM sessions WHERE id = 's'").fetchone()
+        # Nothing is sealed yet: the function deletes nothing.
+        assert conn.execute("SELECT eventstore_thin_snapshots(%s, 1, 100000, 1000000)", (pk,)).fetchone() == (0,)
+        with pytest.raises(psycopg.errors.InvalidParameterValue):
+            conn.execute("SELECT eventstore_thin_snapshots(%s, 1, 100000, 0)", (pk,))
+    assert snapshots() == all_of_them
+    with EventStore(setup["app"], snapshot_every=16) as app_store:
+        assert app_store.seal() > 0  # thins as the application role
+        thinned = snapshots()
+        assert all_of_them[-1] in thinned and len(thinned) < len(all_of_them)
+        with _raw(setup["app"]) as conn:
+            conn.execute("SELECT eventstore_thin_snapshots(%s, 1, 100000, 1000000)", (pk,))
+            (sealed_to,) = conn.execute("SELECT max(last_version) FROM event_segments").fetchone()
+            # Only the newest stays inside the sealed turns; those after them all stay.
+            left = snapshots()
+            assert [v for v in left if v <= sealed_to] == ([max(left)] if max(left) <= sealed_to else [])
+            assert [v for v in all_of_them if v > sealed_to] == [v for v in left if v > sealed_to]
+            counts = dict(conn.execute("SELECT digest, refs FROM snapshot_blobs").fetchall())
+            named: dict[bytes, int] = {}
+            for (md,) in conn.execute("SELECT message_digests FROM snapshots"):
+                for i in range(0, len(md), 16):
+                    named[bytes(md[i : i + 16])] = named.get(bytes(md[i : i + 16]), 0) + 1
+            assert {bytes(d): n for d, n in counts.items()} == named
+        for v in range(0, len(actions) + 1, 7):
+            assert app_store.load("s", version=v).to_json() == fold(actions[:v]).to_json()
+        assert app_store.verify().ok

@@ -144,7 +144,7 @@ def test_a_writer_killed_while_holding_the_lock_frees_the_file(tmp_path: Path) -
     holder = subprocess.Popen(
         [sys.executable, "-c",
          "import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
-         "c.execute('BEGIN IMMEDIATE'); c.execute('INSERT INTO snapshot_blobs VALUES (?, ?)', (b'0', b'0')); "
+         "c.execute('BEGIN IMMEDIATE'); c.execute('INSERT INTO snapshot_blobs (digest, body) VALUES (?, ?)', (b'0', b'0')); "
          "print('LOCKED', flush=True); time.sleep(3600)", str(path)],
         stdout=subprocess.PIPE,
         text=True,

@@ -359,7 +359,7 @@ def test_import_extends_a_prefix_and_skips_what_is_present(tt: EventStore, tmp_p
 
 def test_import_writes_the_periodic_snapshots(tt: EventStore, tmp_path: Path) -> None:
     """An imported session loads like the original: from snapshots, not from its start."""
-    with EventStore(f"sqlite:///{tmp_path / 'src.db'}", snapshot_every=7) as src:
+    with EventStore(f"sqlite:///{tmp_path / 'src.db'}", snapshot_every=7, seal=False) as src:
         src.migrate()
         record(src, "long", chat_session(3, seed=4, deltas=10))
         src.branch("long", at=30, new_id="long-b")
@@ -370,7 +370,9 @@ def test_import_writes_the_periodic_snapshots(tt: EventStore, tmp_path: Path) ->
         states = {v: state(src, "long-b", v) for v in range(0, tt_head(src, "long-b") + 1)}
     tt.import_(io.StringIO(data))
     got = tt.verify()
-    assert got.ok and got.snapshots == want.snapshots > 0
+    # Sealing the imported turns keeps one snapshot in two inside them (the source seals none).
+    assert got.ok and want.snapshots // 2 <= got.snapshots <= want.snapshots
+    assert got.snapshots > 0
     assert {v: state(tt, "long-b", v) for v in states} == states
 
 

@@ -7,7 +7,7 @@ nothing in them is a domain object (an action or a state is only ever its bytes 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -36,6 +36,7 @@ __all__ = [
     "SealedEvent",
     "SegmentHead",
     "SealableTurn",
+    "blob_refs",
 ]
 
 #: The hash a root session's first event chains from.
@@ -47,6 +48,22 @@ DIGEST_SIZE = 16
 
 #: Bytes of a chain hash (SHA-256).
 HASH_SIZE = 32
+
+
+def blob_refs(message_digests: Iterable[bytes]) -> dict[bytes, int]:
+    """How many times snapshots with these ``message_digests`` name each blob.
+
+    What a snapshot write adds to ``snapshot_blobs.refs`` and its deletion takes away; the
+    digests in ascending order, the order every writer locks blob rows in (two writers
+    locking the same rows in another order could deadlock).
+    """
+    counts: dict[bytes, int] = {}
+    n = DIGEST_SIZE
+    for md in message_digests:
+        for i in range(0, len(md), n):
+            d = md[i : i + n]
+            counts[d] = counts.get(d, 0) + 1
+    return dict(sorted(counts.items()))
 
 @dataclass(frozen=True, slots=True)
 class SessionRow:
@@ -293,8 +310,8 @@ class Erasure:
             (parents before children).
         events: event rows deleted.
         snapshots: snapshot rows deleted.
-        blob_candidates: digests the deleted snapshots referenced; pass them to
-            :meth:`Storage.collect_blobs` to remove those no other snapshot uses.
+        blob_candidates: digests the deleted snapshots referenced (those no other
+            snapshot names were deleted with them).
     """
 
     tombstones: tuple[TombstoneRow, ...]

@@ -137,5 +137,4 @@ class RowSteps:
         """Erase locked session row ``pk`` and its branches, leaving tombstones, and delete
         the snapshot blobs they alone used; the erased ids, the session first."""
         done = self.storage.erase_session(tx, pk, erased_at=erased_at, actor=actor, reason=reason)
-        self.storage.collect_blobs(tx, done.blob_candidates)
         return [t.session_id for t in done.tombstones]

@@ -44,6 +44,10 @@ TURNS_PER_TRANSACTION = 16
 MIN_EVENTS = 32
 #: Turns listed per look for them.
 _LISTED = 4096
+#: Inside sealed turns, one snapshot in this many is kept (the others go, with the blobs
+#: only they named): an old-version checkout folds up to this many times
+#: ``snapshot_every`` events, for a sealed session's snapshot bytes roughly halved.
+SEALED_SNAPSHOT_SPACING = 2
 #: Seconds before the worker tries again sessions it could not seal (a held row lock,
 #: the feed's barrier not past the turn yet).
 RETRY_AFTER = 0.5
@@ -160,15 +164,26 @@ class Sealer:
         by_session: dict[int, list[SealableTurn]] = {}
         for t in batch:
             by_session.setdefault(t.session_pk, []).append(t)
+        thin: dict[int, int] = {}
         with st.write() as tx:
             for pk, turns in by_session.items():
                 row = st.session(tx, pk=pk, lock=True, wait=wait)
                 if row is None:
                     continue
                 hashed_as = eng.event_names(tx, [row])[row.pk]
-                for t in turns:
-                    if st.seal_turn(tx, row, t, hashed_as):
-                        done.append(t)
+                sealed = [t for t in turns if st.seal_turn(tx, row, t, hashed_as)]
+                if sealed:
+                    # From the first version: a round kept what was then the session's newest
+                    # snapshot, and one that found the session's row held thinned nothing.
+                    thin[pk] = sealed[-1].last
+                done += sealed
+        # One transaction per session: each locks only its own blobs' rows, in digest order
+        # as appends do (several sessions' in one would lock them in no global order).
+        every = SEALED_SNAPSHOT_SPACING * eng.snapshot_every
+        for pk, last in thin.items():
+            with st.write() as tx:
+                if st.session(tx, pk=pk, lock=True, wait=wait) is not None:
+                    st.thin_snapshots(tx, pk, first=1, last=last, keep_every=every)
         return done
 
     # -- the background worker ----------------------------------------------------------

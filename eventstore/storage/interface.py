@@ -20,7 +20,7 @@ exactly one context manager does that, in ``sql/transactions.py``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Literal, Protocol, TypeVar, overload
 
@@ -410,8 +410,22 @@ class Storage(Protocol):
     def put_snapshot(self, tx: Tx, snap: SnapshotRow, blobs: Mapping[bytes, bytes]) -> None:
         """Store a snapshot (replacing one at the same version) and the blobs it adds.
 
-        Blobs already present are left alone (content-addressed).
+        Blobs already present keep their bytes (content-addressed); every blob the snapshot
+        names has its reference count raised, in this transaction. ``blobs`` holds the
+        bodies of every blob it names, except blobs an earlier snapshot of the same
+        transaction sent (their rows are already written and locked by it).
         """
+
+    def thin_snapshots(
+        self, tx: Tx, session_pk: int, *, first: int, last: int, keep_every: int
+    ) -> int:
+        """Delete the snapshots of a session row between ``first`` and ``last`` that lie
+        inside its sealed segments, except those at a multiple of ``keep_every``, the
+        compaction baseline and the row's newest; release their blobs (a blob no snapshot
+        names any more is deleted). The number of snapshots deleted. The caller holds the
+        session's lock. PostgreSQL: through the owner's ``eventstore_thin_snapshots``.
+        """
+        ...
 
     def ordered_bodies(self, tx: Tx, message_digests: bytes) -> list[bytes | None]:
         """The bodies of a snapshot's concatenated digests, in their order (``None``: missing)."""
@@ -493,25 +507,13 @@ class Storage(Protocol):
         """Erase a session and every branch forked from it, leaving a tombstone for each.
 
         Deletes their events (under a compaction permit covering every version, removed
-        again before returning), snapshots, compaction records and session rows, and
-        writes the tombstones. The caller holds the session's lock. Only the schema
+        again before returning), snapshots (and the blobs no other snapshot names),
+        compaction records and session rows, and writes the tombstones. The caller holds
+        the session's lock. Only the schema
         owner (or a role granted the same) can: the application role is refused.
 
         Raises:
             StorageError: permission denied, or a tombstone for one of the ids exists.
-        """
-        ...
-
-    def collect_blobs(self, tx: Tx, candidates: Iterable[bytes] | None = None) -> int:
-        """Delete snapshot blobs that no snapshot references; the number deleted.
-
-        Args:
-            candidates: only these digests are considered (what an erasure or a
-                compaction released); ``None`` considers every blob.
-
-        Blocks concurrent snapshot writes until the transaction ends (PostgreSQL: an
-        EXCLUSIVE lock on ``snapshots`` and ``snapshot_blobs``; SQLite: the write lock),
-        so no snapshot can start referencing a blob while it is being deleted.
         """
         ...
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 __all__ = ["migrations_dir", "alembic_config", "upgrade", "HEAD_REVISION"]
 
 #: The newest revision this package knows.
-HEAD_REVISION = "0011_seal_segments"
+HEAD_REVISION = "0012_snapshot_blob_refs"
 
 
 def migrations_dir() -> Path:

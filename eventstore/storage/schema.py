@@ -11,7 +11,8 @@ Tables::
                         the streaming turn's writer lease, closed sessions
     events              the immutable log, PK (session_pk, version) (SQLite: PK xact, the
                         rowid, and (session_pk, version) unique)
-    snapshot_blobs      a chunk of encoded top-level messages per row, keyed by its digest (shared)
+    snapshot_blobs      a chunk of encoded top-level messages per row, keyed by its digest (shared),
+                        with how many snapshot references it has
     snapshots           a state every ``snapshot_every`` versions: status/error + message digests
     compaction_permits  a row exists only inside a compaction, erasure or sealing transaction
                         (lets DELETE through)
@@ -197,6 +198,12 @@ snapshot_blobs = Table(
     metadata,
     Column("digest", LargeBinary, primary_key=True),
     Column("body", LargeBinary, nullable=False),
+    # How many references the snapshots hold to this blob (a snapshot naming it twice
+    # counts twice). Raised in the transaction that writes a snapshot, lowered in the one
+    # that deletes it; a blob at 0 may be deleted. It may over-state (PostgreSQL's
+    # one-statement appends do not release a snapshot they write over, which an append
+    # beyond the head never meets), never under-state.
+    Column("refs", Integer, nullable=False, server_default="0"),
 )
 
 snapshots = Table(

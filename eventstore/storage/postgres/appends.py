@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from eventstore.core.rows import CatalogueEffect, EventRow, SnapshotRow, TurnBatch
+from eventstore.core.rows import CatalogueEffect, EventRow, SnapshotRow, TurnBatch, blob_refs
+from eventstore.errors import StorageError
 from eventstore.storage.catalogue import effect_params
 from eventstore.storage.postgres.connections import Connections
 from eventstore.storage.postgres.statements import append_batches_stmt, append_stmt, compile_hot
@@ -61,6 +62,13 @@ class HotAppends(Connections):
             )
         if len(rows) == 1 and not snapshots and not blobs:
             return self._append_one(session_pk, old_head, old_hash, first, head_turn, effect)
+        refs = blob_refs(n.message_digests for n in snapshots)
+        if not refs.keys() <= blobs.keys():
+            # A blob named but not sent: only the general path can count it.
+            return super()._append_fast(
+                session_pk, old_head, old_hash, rows, head_turn, snapshots, blobs, effect
+            )
+        digests = sorted(blobs)
         params = {
             **head_move_params(session_pk, old_head, old_hash, rows[-1], head_turn, effect),
             "recorded_at": first.recorded_at,
@@ -72,8 +80,9 @@ class HotAppends(Connections):
             "turns": [r.turn for r in rows],
             "payloads": [r.payload for r in rows],
             "hashes": [r.hash for r in rows],
-            "b_digests": list(blobs),
-            "b_bodies": list(blobs.values()),
+            "b_digests": digests,
+            "b_bodies": [blobs[d] for d in digests],
+            "b_refs": [refs.get(d, 0) for d in digests],
             "s_versions": [n.version for n in snapshots],
             "s_reducers": [n.reducer_version for n in snapshots],
             "s_rests": [n.rest for n in snapshots],
@@ -86,7 +95,12 @@ class HotAppends(Connections):
         if not batches:
             return []
         events = [r for b in batches for r in b.rows]
-        blobs = [(b.session_pk, d, body) for b in batches for d, body in b.blobs.items()]
+        blobs: list[tuple[int, bytes, bytes, int]] = []
+        for b in batches:
+            refs = blob_refs(n.message_digests for n in b.snapshots)
+            if not refs.keys() <= b.blobs.keys():
+                raise StorageError("a grouped append's snapshot names a blob it does not send")
+            blobs += [(b.session_pk, d, b.blobs[d], refs.get(d, 0)) for d in sorted(b.blobs)]
         snaps = [n for b in batches for n in b.snapshots]
         params = {
             "pks": [b.session_pk for b in batches],
@@ -111,9 +125,10 @@ class HotAppends(Connections):
             "e_metas": [r.metadata for r in events],
             "e_hashes": [r.hash for r in events],
             "e_natives": [r.native for r in events],
-            "b_pks": [pk for pk, _, _ in blobs],
-            "b_digests": [d for _, d, _ in blobs],
-            "b_bodies": [body for _, _, body in blobs],
+            "b_pks": [b[0] for b in blobs],
+            "b_digests": [b[1] for b in blobs],
+            "b_bodies": [b[2] for b in blobs],
+            "b_refs": [b[3] for b in blobs],
             "s_pks": [n.session_pk for n in snaps],
             "s_versions": [n.version for n in snaps],
             "s_reducers": [n.reducer_version for n in snaps],

@@ -24,7 +24,7 @@ from sqlalchemy import (
     true,
     update,
 )
-from sqlalchemy.dialects.postgresql import OID
+from sqlalchemy.dialects.postgresql import OID, array_agg
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 
@@ -130,8 +130,13 @@ def _snapshot_writes(moved: Any, keyed: bool) -> tuple[Any, Any]:
         **({"pk": ("b_pks", Integer)} if keyed else {}),
         digest=("b_digests", LargeBinary),
         body=("b_bodies", LargeBinary),
+        refs=("b_refs", Integer),
     )
-    blobs = select(b.c.digest, b.c.body)
+    # Each blob with the references this batch's snapshots add (see snapshot_blobs.refs),
+    # in digest order (the client sorts one session's): the conflict locks a stored blob's
+    # row, so a blob collection waits for this commit or, having deleted it first, makes
+    # this insert store it again. Two sessions of a group may send the same blob: one row.
+    blobs = select(b.c.digest, b.c.body, b.c.refs)
     n = _arrays(
         "n",
         **({"pk": ("s_pks", Integer)} if keyed else {}),
@@ -144,16 +149,27 @@ def _snapshot_writes(moved: Any, keyed: bool) -> tuple[Any, Any]:
         n.c.pk if keyed else moved.c.pk, n.c.version, n.c.reducer_version, n.c.rest, n.c.message_digests
     )
     if keyed:
-        blobs = blobs.where(b.c.pk.in_(select(moved.c.pk)))
+        blobs = (
+            select(
+                b.c.digest, array_agg(b.c.body)[literal_column("1")], cast(func.sum(b.c.refs), Integer)
+            )
+            .where(b.c.pk.in_(select(moved.c.pk)))
+            .group_by(b.c.digest)
+            .order_by(b.c.digest)
+        )
         snaps = snaps.where(n.c.pk.in_(select(moved.c.pk)))
     else:
         blobs = blobs.select_from(moved).join(b, true())
         snaps = snaps.select_from(moved).join(n, true())
-    new_blobs = pg_insert(snapshot_blobs).from_select(["digest", "body"], blobs)
+    new_blobs = pg_insert(snapshot_blobs).from_select(["digest", "body", "refs"], blobs)
+    new_blobs = new_blobs.on_conflict_do_update(
+        index_elements=[snapshot_blobs.c.digest],
+        set_={"refs": snapshot_blobs.c.refs + new_blobs.excluded.refs},
+    )
     new_snapshots = pg_insert(snapshots).from_select(
         ["session_pk", "version", "reducer_version", "rest", "message_digests"], snaps
     )
-    return new_blobs.on_conflict_do_nothing().cte("blobs"), upsert_snapshot(new_snapshots).cte("snaps")
+    return new_blobs.cte("blobs"), upsert_snapshot(new_snapshots).cte("snaps")
 
 
 _EVENT_INSERT = [c.name for c in EVENT_COLUMNS[:-1]] + ["xact"]

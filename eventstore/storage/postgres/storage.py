@@ -143,6 +143,17 @@ class PostgresStorage(HotAppends, HotLoads):
             select(func.eventstore_seal(pk, turn.first, turn.last, prev, body))
         ).all()
 
+    def thin_snapshots(
+        self, tx: Tx, session_pk: int, *, first: int, last: int, keep_every: int
+    ) -> int:
+        # The application role cannot delete snapshots: the owner's function does, only
+        # inside sealed segments, never the baseline nor the newest, and releases their
+        # blobs (migrations/versions/0012_snapshot_blob_refs.py).
+        n = tx.execute(
+            select(func.eventstore_thin_snapshots(session_pk, first, last, keep_every))
+        ).scalar()
+        return int(n or 0)
+
     def _new_xact(self) -> Any:
         # The column default would do for the barrier alone; raising it to the previous
         # event's keeps one session in version order when a transaction got its id before
@@ -225,7 +236,3 @@ class PostgresStorage(HotAppends, HotLoads):
     def _migration_lock(self, conn: Connection) -> None:
         conn.execute(select(func.pg_advisory_xact_lock(MIGRATION_LOCK)))
 
-    def _lock_snapshot_writes(self, tx: Any) -> None:
-        # EXCLUSIVE conflicts with the ROW EXCLUSIVE lock every snapshot or blob write
-        # takes: in-flight appends that write snapshots finish first, new ones wait.
-        tx.exec_driver_sql("LOCK TABLE snapshots, snapshot_blobs IN EXCLUSIVE MODE")

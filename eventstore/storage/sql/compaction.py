@@ -1,14 +1,14 @@
-"""Compaction and erasure: events deleted under permits, their audit records, tombstones, unused blobs."""
+"""Compaction and erasure: events deleted under permits, their audit records, tombstones."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection
 from dataclasses import fields
 from typing import Any, TypeVar, cast
 
 from sqlalchemy import delete, insert, select, update
 
-from eventstore.core.rows import DIGEST_SIZE, CompactionRow, Erasure, RewindRow, TombstoneRow
+from eventstore.core.rows import CompactionRow, Erasure, RewindRow, TombstoneRow
 from eventstore.storage.catalogue import forget as forget_info
 from eventstore.storage.interface import Tx
 from eventstore.storage.schema import (
@@ -16,12 +16,12 @@ from eventstore.storage.schema import (
     compactions,
     events,
     sessions,
-    snapshot_blobs,
     snapshots,
     tombstones,
 )
 from eventstore.storage.sql.statements import CHUNK, chunks
 from eventstore.storage.sql.rewinds import select_rewinds
+from eventstore.storage.sql.snapshots import drop_snapshots
 from eventstore.storage.sql.transactions import SqlTransactions
 
 __all__ = ["Compaction"]
@@ -34,7 +34,7 @@ _ALL_VERSIONS = 2**31 - 1
 
 
 class Compaction(SqlTransactions):
-    """The operations that delete history: compaction, erasure and blob collection."""
+    """The operations that delete history: compaction and erasure."""
 
     # -- compaction ---------------------------------------------------------------------
 
@@ -62,12 +62,11 @@ class Compaction(SqlTransactions):
                 events.c.version <= upto,
             )
         ).rowcount
-        tx.execute(
-            delete(snapshots).where(
-                snapshots.c.session_pk == session_pk,
-                snapshots.c.version > keep_upto,
-                snapshots.c.version < upto,
-            )
+        drop_snapshots(
+            tx,
+            snapshots.c.session_pk == session_pk,
+            snapshots.c.version > keep_upto,
+            snapshots.c.version < upto,
         )
         tx.execute(delete(compaction_permits).where(compaction_permits.c.session_pk == session_pk))
         return int(deleted or 0) + self._cut_segments(tx, session_pk, after=keep_upto, upto=upto)
@@ -157,15 +156,11 @@ class Compaction(SqlTransactions):
         )
         for chunk in chunks(pks, CHUNK):
             in_chunk = list(chunk)
-            for (md,) in tx.execute(
-                select(snapshots.c.message_digests).where(snapshots.c.session_pk.in_(in_chunk))
-            ):
-                released.update(_split_digests(bytes(md)))
             n_events += tx.execute(delete(events).where(events.c.session_pk.in_(in_chunk))).rowcount
             n_events += self._drop_segments(tx, in_chunk)
-            n_snapshots += tx.execute(
-                delete(snapshots).where(snapshots.c.session_pk.in_(in_chunk))
-            ).rowcount
+            n, named = drop_snapshots(tx, snapshots.c.session_pk.in_(in_chunk))
+            n_snapshots += n
+            released |= named
             tx.execute(delete(compactions).where(compactions.c.session_pk.in_(in_chunk)))
             forget_info(tx, in_chunk)
         # Children before parents: a branch row refers to its parent's.
@@ -176,30 +171,6 @@ class Compaction(SqlTransactions):
                 delete(compaction_permits).where(compaction_permits.c.session_pk.in_(list(chunk)))
             )
         return Erasure(marks, int(n_events), int(n_snapshots), frozenset(released))
-
-    def collect_blobs(self, tx: Tx, candidates: Iterable[bytes] | None = None) -> int:
-        self._lock_snapshot_writes(tx)
-        if candidates is None:
-            unused = {bytes(d) for (d,) in tx.execute(select(snapshot_blobs.c.digest))}
-        else:
-            unused = {bytes(d) for d in candidates}
-        if not unused:
-            return 0
-        for (md,) in tx.execute(select(snapshots.c.message_digests)):
-            unused.difference_update(_split_digests(bytes(md)))
-            if not unused:
-                return 0
-        deleted = 0
-        for chunk in chunks(sorted(unused), CHUNK):
-            deleted += tx.execute(
-                delete(snapshot_blobs).where(snapshot_blobs.c.digest.in_(list(chunk)))
-            ).rowcount
-        return int(deleted)
-
-
-def _split_digests(message_digests: bytes) -> list[bytes]:
-    n = DIGEST_SIZE
-    return [message_digests[i : i + n] for i in range(0, len(message_digests), n)]
 
 
 def _fields(record: Any) -> dict[str, Any]:

@@ -5,15 +5,23 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import and_, bindparam, or_, select
+from sqlalchemy import and_, bindparam, delete, exists, func, or_, select
 
-from eventstore.core.rows import DIGEST_SIZE, LoadParts, Segment, SnapshotRow
+from eventstore.core.rows import DIGEST_SIZE, LoadParts, Segment, SnapshotRow, blob_refs
 from eventstore.storage.interface import Tx
-from eventstore.storage.schema import snapshots
-from eventstore.storage.sql.statements import SNAPSHOT_COLS, Compiled, session_row
+from eventstore.storage.schema import event_segments, sessions, snapshot_blobs, snapshots
+from eventstore.storage.sql.statements import (
+    CHUNK,
+    S_ADD_BLOB_REFS,
+    S_DROP_BLOB_REFS,
+    SNAPSHOT_COLS,
+    Compiled,
+    chunks,
+    session_row,
+)
 from eventstore.storage.sql.transactions import SqlTransactions
 
-__all__ = ["Snapshots"]
+__all__ = ["Snapshots", "drop_snapshots", "release_blobs"]
 
 _P = bindparam
 
@@ -26,6 +34,36 @@ def _snapshot(r: Any) -> SnapshotRow:
         rest=bytes(r.rest),
         message_digests=bytes(r.message_digests),
     )
+
+
+def release_blobs(tx: Tx, refs: Mapping[bytes, int]) -> int:
+    """Take these references (digest -> count) away and delete the blobs left with none;
+    the number of blobs deleted.
+
+    Safe beside snapshot writes: a writer naming a blob takes its row's lock and raises its
+    count before committing, so this either waits for it and sees the count above zero, or
+    deletes first and makes the writer insert the blob again (every snapshot write sends
+    the bodies of its blobs). Rows are locked in digest order, as the writers lock them.
+    """
+    if not refs:
+        return 0
+    tx.execute(S_DROP_BLOB_REFS, [{"d": d, "n": n} for d, n in sorted(refs.items())])
+    deleted = 0
+    for chunk in chunks(sorted(refs), CHUNK):
+        b = snapshot_blobs.c
+        unused = delete(snapshot_blobs).where(b.digest.in_(list(chunk)), b.refs <= 0)
+        deleted += tx.execute(unused).rowcount
+    return int(deleted)
+
+
+def drop_snapshots(tx: Tx, *where: Any) -> tuple[int, set[bytes]]:
+    """Delete the snapshots matching ``where`` and release their blobs: the number of
+    snapshots deleted and the digests they named."""
+    gone = delete(snapshots).where(*where).returning(snapshots.c.message_digests)
+    mds = [bytes(md) for (md,) in tx.execute(gone)]
+    refs = blob_refs(mds)
+    release_blobs(tx, refs)
+    return len(mds), set(refs)
 
 
 class Snapshots(SqlTransactions):
@@ -91,10 +129,20 @@ class Snapshots(SqlTransactions):
         return [] if r is None else [_snapshot(r)]
 
     def put_snapshot(self, tx: Tx, snap: SnapshotRow, blobs: Mapping[bytes, bytes]) -> None:
+        refs = blob_refs([snap.message_digests])
         if blobs:
             self._runmany(
-                tx, self._q_insert_blobs, [{"digest": d, "body": b} for d, b in blobs.items()]
+                tx,
+                self._q_insert_blobs,
+                [{"digest": d, "body": blobs[d], "refs": refs.get(d, 0)} for d in sorted(blobs)],
             )
+        held = [{"d": d, "n": n} for d, n in refs.items() if d not in blobs]
+        if held:
+            self._runmany(tx, self._q_add_blob_refs, held)
+        key = {"pk": snap.session_pk, "v": snap.version}
+        replaced = self._fetchone(tx, self._q_snapshot_digests, key)
+        if replaced is not None:  # written over (a compaction's baseline): its names go
+            release_blobs(tx, blob_refs([bytes(replaced[0])]))
         self._run(
             tx,
             self._q_upsert_snapshot,
@@ -106,6 +154,27 @@ class Snapshots(SqlTransactions):
                 "message_digests": snap.message_digests,
             },
         ).close()
+
+    def thin_snapshots(
+        self, tx: Tx, session_pk: int, *, first: int, last: int, keep_every: int
+    ) -> int:
+        s, g = snapshots.c, event_segments.c
+        newest = select(func.max(s.version)).where(s.session_pk == session_pk).scalar_subquery()
+        baseline = select(sessions.c.baseline).where(sessions.c.pk == session_pk).scalar_subquery()
+        n, _ = drop_snapshots(
+            tx,
+            s.session_pk == session_pk,
+            s.version.between(first, last),
+            s.version % keep_every != 0,
+            s.version != baseline,
+            s.version < newest,
+            exists().where(
+                g.session_pk == session_pk,
+                g.first_version <= s.version,
+                g.last_version >= s.version,
+            ),
+        )
+        return n
 
     def ordered_bodies(self, tx: Tx, message_digests: bytes) -> list[bytes | None]:
         n = len(message_digests) // DIGEST_SIZE

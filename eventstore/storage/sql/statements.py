@@ -357,3 +357,21 @@ def session_row(r: Any) -> SessionRow:
         baseline_turn=r.baseline_turn,
         created_at=r.created_at,
     )
+
+# A blob's reference count (see ``snapshot_blobs.refs``): raised for the blobs a snapshot
+# write names without sending (already written in the same transaction, so their rows are
+# locked by it), lowered for those a deleted snapshot named.
+S_ADD_BLOB_REFS = (
+    update(snapshot_blobs)
+    .where(snapshot_blobs.c.digest == _P("d"))
+    .values(refs=snapshot_blobs.c.refs + _P("n"))
+)
+S_DROP_BLOB_REFS = (
+    update(snapshot_blobs)
+    .where(snapshot_blobs.c.digest == _P("d"))
+    .values(refs=snapshot_blobs.c.refs - _P("n"))
+)
+# The blobs a snapshot about to be written over names (their references are released).
+S_SNAPSHOT_DIGESTS = select(snapshots.c.message_digests).where(
+    snapshots.c.session_pk == _P("pk"), snapshots.c.version == _P("v")
+)

@@ -19,6 +19,7 @@ from eventstore.storage.schema import VERSION_TABLE, sessions, snapshot_blobs, s
 from eventstore.storage.sql.sealed import Sealing
 from eventstore.storage.sql.session_keys import SessionKeys
 from eventstore.storage.sql.statements import (
+    S_ADD_BLOB_REFS,
     S_CONTROL,
     S_CONTROL_HEAD,
     S_EVENT_AT,
@@ -30,6 +31,7 @@ from eventstore.storage.sql.statements import (
     S_READ_PAYLOADS,
     S_SESSION_IDS,
     S_SET_HEAD,
+    S_SNAPSHOT_DIGESTS,
     S_SNAPSHOTS_RANGE,
     S_TURN_CLAIM,
     S_TURN_MOVE,
@@ -104,9 +106,9 @@ class SqlTransactions(Sealing, Storage):
         self._q_read_desc = Compiled(S_READ_EVENTS_DESC, d)
         self._q_event_at = Compiled(S_EVENT_AT, d)
         self._q_snapshots = Compiled(S_SNAPSHOTS_RANGE, d)
-        self._q_insert_blobs = Compiled(
-            self._insert_ignore(snapshot_blobs).values(digest=_P("digest"), body=_P("body")), d
-        )
+        self._q_insert_blobs = Compiled(self._upsert_blobs(), d)
+        self._q_add_blob_refs = Compiled(S_ADD_BLOB_REFS, d)
+        self._q_snapshot_digests = Compiled(S_SNAPSHOT_DIGESTS, d)
         self._q_upsert_snapshot = Compiled(self._upsert_snapshot(), d)
         self._q_latest: dict[tuple[int, int], Compiled] = {}
         self._q_ordered_blobs = Compiled(ordered_blobs_stmt(), d)
@@ -138,6 +140,20 @@ class SqlTransactions(Sealing, Storage):
     def _insert_ignore(self, table: Any) -> Any:
         """An INSERT that skips rows whose key exists."""
         return self._insert(table).on_conflict_do_nothing()
+
+    def _upsert_blobs(self) -> Any:
+        """An INSERT into snapshot_blobs that adds ``refs`` to a row already there.
+
+        The conflict takes the existing row's lock, so a blob collection cannot delete it
+        before this transaction ends, and one waiting to delete it sees the raised count.
+        """
+        stmt = self._insert(snapshot_blobs).values(
+            digest=_P("digest"), body=_P("body"), refs=_P("refs")
+        )
+        return stmt.on_conflict_do_update(
+            index_elements=[snapshot_blobs.c.digest],
+            set_={"refs": snapshot_blobs.c.refs + stmt.excluded.refs},
+        )
 
     def _upsert_snapshot(self) -> Any:
         """An INSERT into snapshots that replaces a row with the same key."""
@@ -182,9 +198,6 @@ class SqlTransactions(Sealing, Storage):
 
     def _migration_lock(self, conn: Connection) -> None:
         """Serialise concurrent migrations (PostgreSQL: an advisory lock)."""
-
-    def _lock_snapshot_writes(self, tx: Tx) -> None:
-        """Block snapshot writes until the transaction ends (SQLite: BEGIN IMMEDIATE did)."""
 
     def _migration_options(self, conn: Connection) -> dict[str, Any]:
         """Options of :func:`~eventstore.storage.migrate.upgrade` (PostgreSQL: partitions)."""
