@@ -80,8 +80,8 @@ WITH moved AS (
            %(recorded_at)s::bigint, %(actor)s::text, %(metadata)b::bytea, u.hash,
            greatest({FEED_XACT}, (SELECT p.xact FROM events p
                                    WHERE p.session_pk = {KEY} AND p.version = %(old_head)s))
-    FROM moved, unnest(%(versions)b::int[], %(event_ids)b::text[], %(types)b::text[],
-                       %(turns)b::int[], %(payloads)b::bytea[], %(hashes)b::bytea[])
+    FROM moved, unnest(%(e_versions)b::int[], %(e_ids)b::text[], %(e_types)b::text[],
+                       %(e_turns)b::int[], %(e_payloads)b::bytea[], %(e_hashes)b::bytea[])
          AS u(version, event_id, type, turn, payload, hash)
     RETURNING 1
 ), blobs AS (
