@@ -77,6 +77,17 @@ def _twin(
     return present
 
 
+def _with_defaults(
+    sync: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``args`` and ``kwargs`` bound to the parameters of the sync method ``sync`` (``self``
+    aside), its defaults filled in: what the sync method hands on, for a twin that calls
+    the engine itself. A call that does not fit raises ``TypeError`` as the sync one does."""
+    call = inspect.signature(sync).bind(None, *args, **kwargs)
+    call.apply_defaults()
+    return call.args[1:], call.kwargs
+
+
 def _awaited(
     sync: Callable[Concatenate[Any, P], T], how: str = AWAITED
 ) -> Callable[Concatenate[AsyncEventStore, P], Coroutine[Any, Any, T]]:
@@ -134,7 +145,7 @@ class AsyncEventStore(StoreBase):
 
     # -- lifecycle and schema -----------------------------------------------------------
 
-    @_twin(EventStore.close, "Awaited; its followers end too.")
+    @_twin(EventStore.close, AWAITED)
     async def close(self) -> None:
         await self._followers.close()
         await self._streams.close()
@@ -169,6 +180,7 @@ class AsyncEventStore(StoreBase):
         returns="AsyncStreamingTurn",
     )
     def turn(self, *args: Any, **kwargs: Any) -> AsyncStreamingTurn:
+        args, kwargs = _with_defaults(EventStore.turn, args, kwargs)
         return AsyncStreamingTurn(self._streams, *args, **kwargs)
 
     recover = _awaited(EventStore.recover)
