@@ -25,7 +25,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import timedelta
-from types import TracebackType
 from typing import IO, Any
 
 from eventstore.core.catalogue import InfoChange, SessionPage
@@ -96,12 +95,7 @@ class EventStore(StoreBase):
     def __enter__(self) -> EventStore:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def migrate(self) -> None:

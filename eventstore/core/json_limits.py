@@ -45,6 +45,16 @@ _INT_MAX = 2**64 - 1  # orjson stores signed and unsigned 64-bit integers
 _DEPTH_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
 
 
+def _has_lone_surrogate(text: str) -> bool:
+    """Whether ``text`` holds a lone surrogate: not Unicode text, and no encoder takes it
+    (the walkers ask only for non-ASCII strings: the common case stays one C call)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def json_type(value: Any) -> str:
     """The JSON type name of a value (``"object"``, ``"number"``...), or its Python type's."""
     if value is None:
@@ -120,14 +130,11 @@ def check_json(
             t = type(v)
             if t is str:
                 size += len(v)
-                if not v.isascii():
-                    try:
-                        v.encode("utf-8")
-                    except UnicodeEncodeError:
-                        raise InvalidEvent(
-                            "string contains a lone surrogate (not valid Unicode text)",
-                            field=_path(path, loc),
-                        ) from None
+                if not v.isascii() and _has_lone_surrogate(v):
+                    raise InvalidEvent(
+                        "string contains a lone surrogate (not valid Unicode text)",
+                        field=_path(path, loc),
+                    )
             elif t is dict or t is list:
                 if not containers:
                     containers = True
@@ -185,11 +192,8 @@ def is_plain_json(value: Any, max_depth: int = MAX_JSON_DEPTH, max_bytes: int | 
             t = type(v)
             if t is str:
                 size += len(v)
-                if not v.isascii():
-                    try:
-                        v.encode("utf-8")
-                    except UnicodeEncodeError:
-                        return False
+                if not v.isascii() and _has_lone_surrogate(v):
+                    return False
             elif t is dict:
                 containers = True
                 for k in v:

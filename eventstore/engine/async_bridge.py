@@ -9,12 +9,12 @@ database round trip then suspends that greenlet and awaits the driver on the eve
 (SQLAlchemy's ``await_``); nothing blocks the loop but the Python work between two round
 trips (validation, encoding, hashing, one fold). No thread pool, no nested event loop.
 
-Adding an async twin of a new engine method is one line in the facade::
+Adding the async twin of a new facade method is one line in the async facade, which runs
+the sync facade's method with :func:`run`::
 
-    async def feed(self, session: str) -> list[Item]:
-        return await run(self._engine.feed, session)
+    feed = _awaited(EventStore.feed)
 
-and :func:`iterate` turns an engine method returning an iterator into an async iterator.
+and :func:`iterate` turns a method returning an iterator into an async iterator.
 """
 
 from __future__ import annotations

@@ -160,30 +160,10 @@ def all_info_changes(engine: Engine, tx: Any, pks: Any = None) -> list[InfoChang
     )
 
 
-def list_sessions(
-    engine: Engine,
-    *,
-    owner: Any = None,
-    metadata: Any = None,
-    query: Any = None,
-    status: Any = None,
-    order: Any = "recent",
-    limit: Any = 50,
-    cursor: Any = None,
-    include_lines: Any = False,
-) -> SessionPage:
-    """One page of the catalogue (see :meth:`eventstore.EventStore.list_sessions`)."""
-    listing = check_listing(
-        engine.validate.id,
-        owner=owner,
-        metadata=metadata,
-        query=query,
-        status=status,
-        order=order,
-        limit=limit,
-        cursor=cursor,
-        include_lines=include_lines,
-    )
+def list_sessions(engine: Engine, **filters: Any) -> SessionPage:
+    """One page of the catalogue; ``filters`` are every keyword argument of
+    :meth:`eventstore.EventStore.list_sessions`, checked by :func:`check_listing`."""
+    listing = check_listing(engine.validate.id, **filters)
     found = rows.page(
             None,
             engine.storage,

@@ -323,29 +323,10 @@ class Engine(TransactionSteps):
             session, action_dicts, encoded, expected_version, ids, actor, meta, natives
         )
 
-    def append(
-        self,
-        session: Any,
-        actions: Any,
-        *,
-        expected_version: Any = None,
-        event_ids: Any = None,
-        actor: Any = None,
-        metadata: Any = None,
-        native: Any = None,
-    ) -> AppendResult:
-        """Validate and append a batch (see :meth:`eventstore.EventStore.append`)."""
-        return self.append_request(
-            self.prepare_append(
-                session,
-                actions,
-                expected_version=expected_version,
-                event_ids=event_ids,
-                actor=actor,
-                metadata=metadata,
-                native=native,
-            )
-        )
+    def append(self, *args: Any, **kwargs: Any) -> AppendResult:
+        """Validate and append a batch: :meth:`prepare_append`'s arguments (see
+        :meth:`eventstore.EventStore.append`)."""
+        return self.append_request(self.prepare_append(*args, **kwargs))
 
     def append_request(self, req: AppendRequest) -> AppendResult:
         """Append a prepared batch: the optimistic path, else the locked one."""

@@ -184,21 +184,28 @@ class TransactionSteps(RowSteps):
         """The state dict after ``version`` (already checked against ``row``)."""
         if version == 0:
             return fold_json(None, ())
+        snap, payloads = self.snapshot_and_tail(tx, row, version)
+        if snap is None:
+            return fold_tail(row.id, 0, version, None, decode_many(payloads))
+        state = self.decode_snapshot(tx, snap)
+        return fold_tail(row.id, snap.version, version, state, decode_many(payloads))
+
+    def snapshot_and_tail(
+        self, tx: Tx, row: SessionRow, version: int
+    ) -> tuple[SnapshotRow | None, list[bytes]]:
+        """The newest snapshot of ``row``'s lineage usable at ``version`` (``None``: fold
+        from the start) and the payloads of the events after it, up to ``version``."""
         st = self.storage
         lineage = self.lineage(tx, row) if row.parent_pk is not None else [row]
         segs = segments(lineage, version)
         usable = st.snapshots(tx, segs, usable_by=REDUCER_VERSION, baselines=baselines(lineage, version))
         snap = usable[0] if usable else None
-        base = 0
-        state: State | None = None
-        if snap is not None:
-            base = snap.version
-            state = self.decode_snapshot(tx, snap)
+        base = 0 if snap is None else snap.version
         payloads: list[bytes] = []
         for seg in segs:
             if seg.upto > base:
                 payloads += st.read_events(tx, seg.session_pk, after=max(seg.after, base), upto=seg.upto, payloads=True)
-        return fold_tail(row.id, base, version, state, decode_many(payloads))
+        return snap, payloads
 
     def decode_snapshot(self, tx: Tx, snap: SnapshotRow) -> State:
         """The state a snapshot row stands for."""
@@ -295,20 +302,12 @@ class TransactionSteps(RowSteps):
         # Not a fold of the state at ``version`` (which decodes every message): the columns
         # at the nearest snapshot (its rest, its first user message), then the write path's
         # rule over the events after it. The cost is the snapshot interval, not the session.
-        st = self.storage
-        lineage = self.lineage(tx, row) if row.parent_pk is not None else [row]
-        segs = segments(lineage, version)
-        usable = st.snapshots(tx, segs, usable_by=REDUCER_VERSION, baselines=baselines(lineage, version))
-        snap = usable[0] if usable else None
+        snap, payloads = self.snapshot_and_tail(tx, row, version)
         base = 0
         if snap is not None:
             base = snap.version
             status = rest_status(orjson.loads(snap.rest))
             first_text = first_user_text(self.snapshot_messages(tx, snap))
-        payloads: list[bytes] = []
-        for seg in segs:
-            if seg.upto > base:
-                payloads += st.read_events(tx, seg.session_pk, after=max(seg.after, base), upto=seg.upto, payloads=True)
         check_tail(row.id, base, version, len(payloads))
         status, first_text = catalogue_after(status, first_text, decode_many(payloads))
         return {"status": status, "first_text": first_text}

@@ -41,15 +41,15 @@ import math
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from typing import Any, Literal, overload
+from typing import Any
 
 from sqlalchemy import BigInteger, Float, case, cast, extract, func, literal_column, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.util import await_
 
-from eventstore.core.rows import Band, CatalogueEffect, EventRow, LoadParts, SnapshotRow, TurnBatch
+from eventstore.core.rows import Band, LoadParts, TurnBatch
 from eventstore.errors import StorageError
 from eventstore.storage.interface import AsyncChangeWatcher, ChangeWatcher, SegmentCoder, Tx
 from eventstore.storage.postgres import PostgresStorage
@@ -255,21 +255,9 @@ class ReplicatedPostgresStorage(PostgresStorage):
         finally:
             self._moved()
 
-    def _append_fast(
-        self,
-        session_pk: int,
-        old_head: int,
-        old_hash: bytes,
-        rows: Sequence[EventRow],
-        head_turn: int,
-        snapshots: Sequence[SnapshotRow],
-        blobs: Mapping[bytes, bytes],
-        effect: CatalogueEffect | None = None,
-    ) -> bool:
+    def _append_fast(self, b: TurnBatch) -> bool:
         try:
-            return super()._append_fast(
-                session_pk, old_head, old_hash, rows, head_turn, snapshots, blobs, effect
-            )
+            return super()._append_fast(b)
         finally:
             self._moved()
 
@@ -294,17 +282,13 @@ class ReplicatedPostgresStorage(PostgresStorage):
         """A follower was woken by a commit on the primary: its next read must see it."""
         self._moved()
 
-    @overload
-    def watcher(self, *, asyncio: Literal[False] = False) -> ChangeWatcher: ...
+    # The primary's watchers, telling this storage when they woke a follower.
 
-    @overload
-    def watcher(self, *, asyncio: Literal[True]) -> AsyncChangeWatcher: ...
+    def _thread_watcher(self) -> ChangeWatcher:
+        return _WokenWatcher(super()._thread_watcher(), self.others_committed)
 
-    def watcher(self, *, asyncio: bool = False) -> ChangeWatcher | AsyncChangeWatcher:
-        # The primary's watcher, telling this storage when it woke a follower.
-        if asyncio:
-            return _AsyncWokenWatcher(super().watcher(asyncio=True), self.others_committed)
-        return _WokenWatcher(super().watcher(), self.others_committed)
+    def _task_watcher(self) -> AsyncChangeWatcher:
+        return _AsyncWokenWatcher(super()._task_watcher(), self.others_committed)
 
     # -- reads: a fit replica, else the primary ----------------------------------------
 

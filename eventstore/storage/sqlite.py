@@ -13,14 +13,13 @@ import asyncio
 import sqlite3
 import threading
 import time
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, func, literal_column, select
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
 
-from eventstore.core.rows import CatalogueEffect, EventRow, SnapshotRow
+from eventstore.core.rows import TurnBatch
 from eventstore.storage.schema import events, feed_clock
 from eventstore.storage.sql import ErrorKind, FairAsyncQueuePool, SqlStorage
 from eventstore.storage.watch import AsyncProbe, Probe
@@ -226,17 +225,7 @@ class SQLiteStorage(SqlStorage):
     def _async_probe(self) -> AsyncProbe:
         return _AsyncDataVersionProbe(self._path)
 
-    def _append_fast(
-        self,
-        session_pk: int,
-        old_head: int,
-        old_hash: bytes,
-        rows: Sequence[EventRow],
-        head_turn: int,
-        snapshots: Sequence[SnapshotRow],
-        blobs: Mapping[bytes, bytes],
-        effect: CatalogueEffect | None = None,
-    ) -> bool:
+    def _append_fast(self, b: TurnBatch) -> bool:
         # The hot path on the pooled sqlite3 connection itself: BEGIN IMMEDIATE, the
         # checked head move, executemany of the batch, the snapshots, COMMIT — without a
         # SQLAlchemy Connection and its begin/commit events around it.
@@ -248,10 +237,7 @@ class SQLiteStorage(SqlStorage):
                 try:
                     cur.execute("BEGIN IMMEDIATE")
                     try:
-                        moved = self.append_at(tx, session_pk, old_head, old_hash, rows, head_turn, effect)
-                        if moved:
-                            for i, snap in enumerate(snapshots):
-                                self.put_snapshot(tx, snap, blobs if i == 0 else {})
+                        if self._append_plain(tx, b):
                             cur.execute("COMMIT")
                             self._committed()
                             return True

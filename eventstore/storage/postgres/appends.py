@@ -22,6 +22,29 @@ def _effect_arrays(batches: Sequence[TurnBatch]) -> dict[str, list[Any]]:
     return {k: [p[k] for p in per] for k in ("c_updated", "c_st_u", "c_st_n", "c_reset", "c_text")}
 
 
+def _event_arrays(rows: Sequence[EventRow]) -> dict[str, list[Any]]:
+    """The columns of the events an append writes that both append statements take as
+    arrays (the fast one takes the time, actor and metadata once, for the whole batch)."""
+    return {
+        "e_versions": [r.version for r in rows],
+        "e_ids": [r.event_id for r in rows],
+        "e_types": [r.type for r in rows],
+        "e_turns": [r.turn for r in rows],
+        "e_payloads": [r.payload for r in rows],
+        "e_hashes": [r.hash for r in rows],
+    }
+
+
+def _snapshot_arrays(snapshots: Sequence[SnapshotRow]) -> dict[str, list[Any]]:
+    """The snapshots an append writes, one array a column (both append statements)."""
+    return {
+        "s_versions": [n.version for n in snapshots],
+        "s_reducers": [n.reducer_version for n in snapshots],
+        "s_rests": [n.rest for n in snapshots],
+        "s_digests": [n.message_digests for n in snapshots],
+    }
+
+
 class HotAppends(Connections):
     """The append paths of :class:`~eventstore.storage.postgres.PostgresStorage`."""
 
@@ -38,17 +61,9 @@ class HotAppends(Connections):
         self._q_append_snapshots = compile_hot(append_stmt(rows=True, snapshots=True), d)
         self._q_append_batches = compile_hot(append_batches_stmt(), d)
 
-    def _append_fast(
-        self,
-        session_pk: int,
-        old_head: int,
-        old_hash: bytes,
-        rows: Sequence[EventRow],
-        head_turn: int,
-        snapshots: Sequence[SnapshotRow],
-        blobs: Mapping[bytes, bytes],
-        effect: CatalogueEffect | None = None,
-    ) -> bool:
+    def _append_fast(self, b: TurnBatch) -> bool:
+        session_pk, old_head, old_hash = b.session_pk, b.old_head, b.old_hash
+        rows, head_turn, snapshots, blobs, effect = b.rows, b.head_turn, b.snapshots, b.blobs, b.effect
         first = rows[0]
         # Batches with provider-native data take the general statement (the hot ones,
         # without, keep their arrays as they are).
@@ -57,36 +72,24 @@ class HotAppends(Connections):
             != (first.recorded_at, first.actor, first.metadata, None)
             for r in rows
         ):
-            return super()._append_fast(
-                session_pk, old_head, old_hash, rows, head_turn, snapshots, blobs, effect
-            )
+            return super()._append_fast(b)
         if len(rows) == 1 and not snapshots and not blobs:
             return self._append_one(session_pk, old_head, old_hash, first, head_turn, effect)
         refs = blob_refs(n.message_digests for n in snapshots)
         if not refs.keys() <= blobs.keys():
             # A blob named but not sent: only the general path can count it.
-            return super()._append_fast(
-                session_pk, old_head, old_hash, rows, head_turn, snapshots, blobs, effect
-            )
+            return super()._append_fast(b)
         digests = sorted(blobs)
         params = {
             **head_move_params(session_pk, old_head, old_hash, rows[-1], head_turn, effect),
             "recorded_at": first.recorded_at,
             "actor": first.actor,
             "metadata": first.metadata,
-            "versions": [r.version for r in rows],
-            "event_ids": [r.event_id for r in rows],
-            "types": [r.type for r in rows],
-            "turns": [r.turn for r in rows],
-            "payloads": [r.payload for r in rows],
-            "hashes": [r.hash for r in rows],
+            **_event_arrays(rows),
             "b_digests": digests,
             "b_bodies": [blobs[d] for d in digests],
             "b_refs": [refs.get(d, 0) for d in digests],
-            "s_versions": [n.version for n in snapshots],
-            "s_reducers": [n.reducer_version for n in snapshots],
-            "s_rests": [n.rest for n in snapshots],
-            "s_digests": [n.message_digests for n in snapshots],
+            **_snapshot_arrays(snapshots),
         }
         q = self._q_append_snapshots if snapshots or blobs else self._q_append_rows
         return self._run_hot(q, params, binary=True) == len(rows)
@@ -115,25 +118,17 @@ class HotAppends(Connections):
             **_effect_arrays(batches),
             "seen": max(b.seen_at for b in batches),
             "e_pks": [r.session_pk for r in events],
-            "e_versions": [r.version for r in events],
-            "e_ids": [r.event_id for r in events],
-            "e_types": [r.type for r in events],
-            "e_turns": [r.turn for r in events],
-            "e_payloads": [r.payload for r in events],
+            **_event_arrays(events),
             "e_times": [r.recorded_at for r in events],
             "e_actors": [r.actor for r in events],
             "e_metas": [r.metadata for r in events],
-            "e_hashes": [r.hash for r in events],
             "e_natives": [r.native for r in events],
             "b_pks": [b[0] for b in blobs],
             "b_digests": [b[1] for b in blobs],
             "b_bodies": [b[2] for b in blobs],
             "b_refs": [b[3] for b in blobs],
             "s_pks": [n.session_pk for n in snaps],
-            "s_versions": [n.version for n in snaps],
-            "s_reducers": [n.reducer_version for n in snaps],
-            "s_rests": [n.rest for n in snaps],
-            "s_digests": [n.message_digests for n in snaps],
+            **_snapshot_arrays(snaps),
         }
         with self._errors(), self._autocommit(hot=True) as cur:
             # Prepared: planning this statement costs about as much as running it.

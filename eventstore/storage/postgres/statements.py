@@ -212,12 +212,12 @@ def append_stmt(*, rows: bool, snapshots: bool) -> Any:
         return insert(events).from_select(_EVENT_INSERT, one).add_cte(moved)
     u = _arrays(
         "u",
-        version=("versions", Integer),
-        event_id=("event_ids", Text),
-        type=("types", Text),
-        turn=("turns", Integer),
-        payload=("payloads", LargeBinary),
-        hash=("hashes", LargeBinary),
+        version=("e_versions", Integer),
+        event_id=("e_ids", Text),
+        type=("e_types", Text),
+        turn=("e_turns", Integer),
+        payload=("e_payloads", LargeBinary),
+        hash=("e_hashes", LargeBinary),
     )
     each = select(
         moved.c.pk, u.c.version, u.c.event_id, u.c.type, u.c.turn, u.c.payload, *shared, u.c.hash, xact

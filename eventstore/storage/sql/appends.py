@@ -168,31 +168,23 @@ class SessionWrites(SqlTransactions):
     def append(self, batches: Sequence[TurnBatch]) -> list[bool]:
         if len(batches) == 1 and batches[0].writer is None and batches[0].rows:
             # One plain append: the backend's fastest statement for it.
-            b = batches[0]
-            return [
-                self._append_fast(
-                    b.session_pk, b.old_head, b.old_hash, b.rows, b.head_turn, b.snapshots, b.blobs, b.effect
-                )
-            ]
+            return [self._append_fast(batches[0])]
         return self._append_batches(batches)
 
-    def _append_fast(
-        self,
-        session_pk: int,
-        old_head: int,
-        old_hash: bytes,
-        rows: Sequence[EventRow],
-        head_turn: int,
-        snapshots: Sequence[SnapshotRow],
-        blobs: Mapping[bytes, bytes],
-        effect: CatalogueEffect | None = None,
-    ) -> bool:
+    def _append_fast(self, b: TurnBatch) -> bool:
+        """Write one plain batch (no writer lease), in a transaction of its own; whether
+        the head was still ``b.old_head``. Backends override it with a faster path."""
         with self.write() as tx:
-            if not self.append_at(tx, session_pk, old_head, old_hash, rows, head_turn, effect):
-                return False
-            for i, snap in enumerate(snapshots):
-                self.put_snapshot(tx, snap, blobs if i == 0 else {})
-            return True
+            return self._append_plain(tx, b)
+
+    def _append_plain(self, tx: Tx, b: TurnBatch) -> bool:
+        """Move the head and write the rows and snapshots of a plain batch in ``tx``."""
+        moved = self.append_at(tx, b.session_pk, b.old_head, b.old_hash, b.rows, b.head_turn, b.effect)
+        if not moved:
+            return False
+        for i, snap in enumerate(b.snapshots):
+            self.put_snapshot(tx, snap, b.blobs if i == 0 else {})
+        return True
 
 
     # -- streaming turns ------------------------------------------------------------------

@@ -114,8 +114,9 @@ class Feed(SqlTransactions):
     def watcher(self, *, asyncio: Literal[True]) -> AsyncChangeWatcher: ...
 
     def watcher(self, *, asyncio: bool = False) -> ChangeWatcher | AsyncChangeWatcher:
-        if asyncio:
-            return self._task_watcher()
+        return self._task_watcher() if asyncio else self._thread_watcher()
+
+    def _thread_watcher(self) -> ChangeWatcher:
         with self._watcher_lock:
             if self._watcher is None:
                 self._watcher = ThreadWatcher(

@@ -121,17 +121,20 @@ S_SET_HEAD = (
     .where(sessions.c.pk == _P("p_pk"))
     .values(head=_P("p_head"), head_hash=_P("p_hash"), head_turn=_P("p_turn"))
 )
-# The version check built into the write: it matches only if the head is what we saw.
-S_MOVE_HEAD = (
-    update(sessions)
-    .where(
-        sessions.c.pk == _P("p_pk"),
-        sessions.c.head == _P("p_old_head"),
-        sessions.c.head_hash == _P("p_old_hash"),
-        sessions.c.closed_at.is_(None),
-    )
-    .values(head=_P("p_head"), head_hash=_P("p_hash"), head_turn=_P("p_turn"), **CATALOGUE_VALUES)
+# The version check built into every head move: it matches only if the head is what we
+# saw (and the session is still open to writes, ``_OPEN``).
+_HEAD_SEEN = (
+    sessions.c.pk == _P("p_pk"),
+    sessions.c.head == _P("p_old_head"),
+    sessions.c.head_hash == _P("p_old_hash"),
 )
+_OPEN = sessions.c.closed_at.is_(None)
+_NEW_HEAD: dict[str, Any] = {
+    "head": _P("p_head"),
+    "head_hash": _P("p_hash"),
+    "head_turn": _P("p_turn"),
+}
+S_MOVE_HEAD = update(sessions).where(*_HEAD_SEEN, _OPEN).values(**_NEW_HEAD, **CATALOGUE_VALUES)
 
 
 def head_move_params(
@@ -228,46 +231,14 @@ S_SESSION_IDS = select(sessions.c.pk, sessions.c.id).where(sessions.c.pk == any_
 
 # A streaming turn's group-commit step for one session: the same checked head move, also
 # checking that the turn still holds the session's lease and renewing it.
-_TURN_MOVE = update(sessions).where(
-    sessions.c.pk == _P("p_pk"),
-    sessions.c.head == _P("p_old_head"),
-    sessions.c.head_hash == _P("p_old_hash"),
-    sessions.c.writer == _P("p_writer"),
-    sessions.c.closed_at.is_(None),
-)
-S_TURN_MOVE = _TURN_MOVE.values(
-    head=_P("p_head"),
-    head_hash=_P("p_hash"),
-    head_turn=_P("p_turn"),
-    writer_seen=_P("p_seen"),
-    **CATALOGUE_VALUES,
-)
+_TURN_MOVE = update(sessions).where(*_HEAD_SEEN, sessions.c.writer == _P("p_writer"), _OPEN)
+S_TURN_MOVE = _TURN_MOVE.values(**_NEW_HEAD, writer_seen=_P("p_seen"), **CATALOGUE_VALUES)
 S_TURN_CLAIM = (
     update(sessions)
-    .where(
-        sessions.c.pk == _P("p_pk"),
-        sessions.c.head == _P("p_old_head"),
-        sessions.c.head_hash == _P("p_old_hash"),
-        sessions.c.writer.is_(None),
-        sessions.c.closed_at.is_(None),
-    )
-    .values(
-        head=_P("p_head"),
-        head_hash=_P("p_hash"),
-        head_turn=_P("p_turn"),
-        writer=_P("p_writer"),
-        writer_seen=_P("p_seen"),
-        **CATALOGUE_VALUES,
-    )
+    .where(*_HEAD_SEEN, sessions.c.writer.is_(None), _OPEN)
+    .values(**_NEW_HEAD, writer=_P("p_writer"), writer_seen=_P("p_seen"), **CATALOGUE_VALUES)
 )
-S_TURN_MOVE_RELEASE = _TURN_MOVE.values(
-    head=_P("p_head"),
-    head_hash=_P("p_hash"),
-    head_turn=_P("p_turn"),
-    writer=null(),
-    writer_seen=null(),
-    **CATALOGUE_VALUES,
-)
+S_TURN_MOVE_RELEASE = _TURN_MOVE.values(**_NEW_HEAD, writer=null(), writer_seen=null(), **CATALOGUE_VALUES)
 _CONTROL_COLS = (
     sessions.c.pk,
     sessions.c.head,
