@@ -80,9 +80,10 @@ SERIAL_MODULES = {"test_replicas", "test_restart", "test_crash", "test_follow_fe
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark ``serial`` (scripts/run-tests runs them alone, after the parallel phase) every
-    test of the streaming replica and of :data:`SERIAL_MODULES`, keep the replica's in
-    :data:`REPLICA_GROUP` for a run with ``--dist loadgroup``, and put ``slow`` tests first."""
+    """Mark ``serial`` (scripts/run-tests runs them one at a time, beside the parallel phase
+    and on servers of their own) every test of the streaming replica and of
+    :data:`SERIAL_MODULES`, keep the replica's in :data:`REPLICA_GROUP` for a run with
+    ``--dist loadgroup``, and put ``slow`` tests first."""
     for item in items:
         module = getattr(item, "module", None)
         name = module.__name__ if module is not None else ""
