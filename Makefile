@@ -41,7 +41,9 @@ test: export SE_OFFLINE = true
 # Every pytest process (the workers, the serial phase, the Agents SDK's own tests) would
 # otherwise rewrite and compile each test module again: about 3 s of CPU each.
 test: export PYTHONDONTWRITEBYTECODE =
-test: $(STAMP) $(JS_STAMP)
+test:
+	@# The two installs mostly wait on the network: side by side, whatever `make -j` says.
+	@$(MAKE) --no-print-directory -j2 $(STAMP) $(JS_STAMP)
 	scripts/ensure-chromium
 	# The suite starts the CLI and other programs many times: with the bytecode cache
 	# written once, before the workers start, no run recompiles the package.
