@@ -74,7 +74,10 @@ REPLICA_GROUP = "pg-replica"
 
 
 #: Modules whose every test runs in the serial phase: they restart or stop servers
-#: (private clusters, the shared replica) or kill processes and connections on a clock.
+#: (private clusters, the replica) or kill processes and connections. Among themselves
+#: only the replica's tests need to run one at a time (some stop it or pause its replay);
+#: the others touch only their own clusters, processes and connections. They mostly wait
+#: (restarts, kills, replays): beside the workers, their waits overlap the workers' work.
 SERIAL_MODULES = {"test_replicas", "test_restart", "test_crash", "test_follow_feed"}
 
 
