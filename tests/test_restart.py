@@ -295,8 +295,10 @@ def test_a_writer_loop_survives_repeated_terminations_with_nothing_lost_or_doubl
             # and the one inside an append. Waiting for an acknowledgement first keeps a
             # loaded machine's slow reconnects from being killed again before any write.
             acked = len(writer.acked)
-            wait_until(lambda: len(writer.acked) > acked or not thread.is_alive(),
-                       f"no batch acknowledged since the last termination ({writer.retryable_errors} retries)")
+            wait_until(
+                lambda: len(writer.acked) > acked or not thread.is_alive(),
+                f"no batch acknowledged since the last termination ({writer.retryable_errors} retries)",
+            )
             time.sleep(rng.uniform(0.02, 0.08))
             terminations += _terminate(admin, tag)
     finally:
