@@ -6,9 +6,10 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 # pytest-xdist workers for `make test`'s parallel phase (0: the whole suite in one
-# process). Tests that stop, pause or restart a server run afterwards, one at a time
-# (scripts/run-tests; tests/conftest.py marks them `serial`). One file, serially:
-# `pytest tests/test_x.py` (no -n).
+# process). Tests that stop, pause or restart a server run beside it, one at a time, on
+# servers of their own (scripts/run-tests; tests/conftest.py marks them `serial`).
+# One file: `make test PYTEST_ARGS=tests/test_x.py`, or `pytest tests/test_x.py` (no -n)
+# under scripts/with-postgres.
 TEST_WORKERS ?= 2
 # The demo needs eventstore alone: its own stamp installs `-e .` without the test extras
 # (`make test` later adds them through $(STAMP)).
@@ -40,12 +41,14 @@ test: export SE_OFFLINE = true
 # Every pytest process (the workers, the serial phase, the Agents SDK's own tests) would
 # otherwise rewrite and compile each test module again: about 3 s of CPU each.
 test: export PYTHONDONTWRITEBYTECODE =
-test: $(STAMP) $(JS_STAMP)
+test:
+	@# The two installs mostly wait on the network: side by side, whatever `make -j` says.
+	@$(MAKE) --no-print-directory -j2 $(STAMP) $(JS_STAMP)
 	scripts/ensure-chromium
 	# The suite starts the CLI and other programs many times: with the bytecode cache
 	# written once, before the workers start, no run recompiles the package.
 	$(PY) -m compileall -q eventstore cli/eventstore_cli
-	TEST_WORKERS=$(TEST_WORKERS) scripts/with-postgres scripts/run-tests $(PY) $(PYTEST_ARGS)
+	TEST_WORKERS=$(TEST_WORKERS) scripts/run-tests $(PY) $(PYTEST_ARGS)
 
 demo: $(DEMO_STAMP)
 	$(VENV)/bin/eventstore demo

@@ -85,15 +85,19 @@ REPLICA_GROUP = "pg-replica"
 
 
 #: Modules whose every test runs in the serial phase: they restart or stop servers
-#: (private clusters, the shared replica) or kill processes and connections on a clock.
+#: (private clusters, the replica) or kill processes and connections. Among themselves
+#: only the replica's tests need to run one at a time (some stop it or pause its replay);
+#: the others touch only their own clusters, processes and connections. They mostly wait
+#: (restarts, kills, replays): beside the workers, their waits overlap the workers' work.
 SERIAL_MODULES = {"test_replicas", "test_restart", "test_crash", "test_follow_feed"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark ``serial`` (scripts/run-tests runs them alone, after the parallel phase) every
-    test of the streaming replica and of :data:`SERIAL_MODULES`, keep the replica's in
-    :data:`REPLICA_GROUP` for a run with ``--dist loadgroup``, and put ``slow`` tests first."""
+    """Mark ``serial`` (scripts/run-tests runs them one at a time, beside the parallel phase
+    and on servers of their own) every test of the streaming replica and of
+    :data:`SERIAL_MODULES`, keep the replica's in :data:`REPLICA_GROUP` for a run with
+    ``--dist loadgroup``, and put ``slow`` tests first."""
     for item in items:
         module = getattr(item, "module", None)
         name = module.__name__ if module is not None else ""

@@ -38,7 +38,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from conftest import pg_admin_url
+from conftest import pg_admin_url, wait_until
 from eventstore.errors import EventStoreError, StorageError
 from eventstore.samples import chat_session
 from eventstore import EventStore
@@ -283,11 +283,22 @@ def test_a_writer_loop_survives_repeated_terminations_with_nothing_lost_or_doubl
     thread.start()
     terminations = 0
     rng = random.Random(6)
-    end = time.monotonic() + 2.5
+
+    def seen_enough() -> bool:
+        return len(writer.acked) > 20 and terminations >= 3 and writer.retryable_errors >= 1
+
+    deadline = time.monotonic() + 60  # only bounds a broken build's run
     try:
-        while time.monotonic() < end and thread.is_alive():
-            # Every few tens of milliseconds, kill whatever the store has: idle pooled
-            # connections (pre-ping must replace them) and the one inside an append.
+        while thread.is_alive() and not seen_enough() and time.monotonic() < deadline:
+            # A few tens of milliseconds after the writer's last acknowledged batch, kill
+            # whatever the store has: idle pooled connections (pre-ping must replace them)
+            # and the one inside an append. Waiting for an acknowledgement first keeps a
+            # loaded machine's slow reconnects from being killed again before any write.
+            acked = len(writer.acked)
+            wait_until(
+                lambda: len(writer.acked) > acked or not thread.is_alive(),
+                f"no batch acknowledged since the last termination ({writer.retryable_errors} retries)",
+            )
             time.sleep(rng.uniform(0.02, 0.08))
             terminations += _terminate(admin, tag)
     finally:
@@ -295,8 +306,7 @@ def test_a_writer_loop_survives_repeated_terminations_with_nothing_lost_or_doubl
         thread.join(90)
     assert not thread.is_alive()
     writer.check()
-    assert terminations >= 3 and writer.retryable_errors >= 1, (terminations, writer.retryable_errors)
-    assert len(writer.acked) > 20
+    assert seen_enough(), (len(writer.acked), terminations, writer.retryable_errors)
 
 
 # --------------------------------------------------------------------------- real restarts
