@@ -5,7 +5,7 @@ nothing can be appended to it any more, and the session's newest turn — where 
 with an event id that is retried must still meet the unique index on ``events`` — stays
 rows. Each closed turn's rows become one segment in the transaction that deletes them
 (consecutive turns of fewer than :data:`MIN_EVENTS` events are joined into one)
-(:meth:`~eventstore.storage.interface.Storage.seal_turn`), several turns per transaction,
+(:meth:`~eventstore.storage.interface.Storage.seal_turns`), several turns per transaction,
 each session's row locked while its turns are sealed so that no append interleaves.
 A crash at any point leaves either the rows or the segment, never both, never neither.
 
@@ -133,6 +133,11 @@ class Sealer:
     def seal(self, session_pk: int | None = None, *, wait: bool = True) -> int:
         """Seal every closed turn (of one session, or of all) still stored as rows; the
         number of turns sealed. ``wait=False``: skip sessions another transaction holds."""
+        return self._seal(session_pk, wait)[0]
+
+    def _seal(self, session_pk: int | None, wait: bool) -> tuple[int, bool]:
+        """:meth:`seal`, and whether it left a listed turn unsealed (a held lock, the
+        feed's barrier, a chain that does not verify, or closing)."""
         st = self._owner.storage
         failed: set[tuple[int, int]] = set()
         total = 0
@@ -141,17 +146,17 @@ class Sealer:
                 listed = st.sealable_turns(tx, session_pk, _LISTED)
             todo = [t for t in _joined(listed) if (t.session_pk, t.turn) not in failed]
             if not todo:
-                return total
+                return total, bool(failed)
             for i in range(0, len(todo), TURNS_PER_TRANSACTION):
                 if self._backlog.closed:
-                    return total
+                    return total, True
                 batch = todo[i : i + TURNS_PER_TRANSACTION]
                 done = self._seal_batch(batch, wait)
                 total += sum(t.turns for t in done)
                 self._sealed_any = self._sealed_any or bool(done)
                 failed.update((t.session_pk, t.turn) for t in batch if t not in done)
             if len(listed) < _LISTED:
-                return total  # the list was complete
+                return total, bool(failed)  # the list was complete
 
     def _seal_batch(self, batch: Iterable[SealableTurn], wait: bool) -> list[SealableTurn]:
         eng = self._owner
@@ -166,9 +171,7 @@ class Sealer:
                 if row is None:
                     continue
                 hashed_as = eng.event_names(tx, [row])[row.pk]
-                for t in turns:
-                    if st.seal_turn(tx, row, t, hashed_as):
-                        done.append(t)
+                done += st.seal_turns(tx, row, turns, hashed_as)
         return done
 
     # -- the background worker ----------------------------------------------------------
@@ -177,16 +180,13 @@ class Sealer:
         """One round of the background worker: seal these sessions' closed turns without
         waiting for a lock; the sessions left with turns to seal (skipped for a held lock,
         the feed's barrier, or a failure, which is logged), to try again later."""
-        st = self._owner.storage
         skipped: set[int] = set()
         for pk in sorted(pks):
             if self._backlog.closed:
                 break
             try:
-                self.seal(pk, wait=False)
-                with st.read() as tx:
-                    if _joined(st.sealable_turns(tx, pk, _LISTED)):
-                        skipped.add(pk)
+                if self._seal(pk, wait=False)[1]:
+                    skipped.add(pk)
             except EventStoreError as exc:
                 _log.warning("sealing session row %d failed: %s", pk, exc)
                 skipped.add(pk)
