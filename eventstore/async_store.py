@@ -144,7 +144,10 @@ class AsyncEventStore(StoreBase):
             metadata=metadata,
             native=native,
         )
-        return await self._appends.append(req)
+        result = await self._appends.append(req)
+        if self._engine.sealer.over_cap():
+            await run(self._engine.sealer.assist)  # the backlog's bound (SealPolicy)
+        return result
 
     def turn(
         self,
