@@ -100,7 +100,7 @@ class SealPolicy:
             yielding at half of it).
     """
 
-    quiet: float = 0.05
+    quiet: float = 0.2
     max_age: float = 10.0
     max_backlog: int = 1000
 
@@ -239,9 +239,10 @@ class Sealer:
         number of turns sealed. ``wait=False``: skip sessions another transaction holds."""
         return self._seal(session_pk, wait)[0]
 
-    def _seal(self, session_pk: int | None, wait: bool) -> tuple[int, bool]:
-        """:meth:`seal`, and whether it left a listed turn unsealed (a held lock, the
-        feed's barrier, a chain that does not verify, or closing)."""
+    def _seal(self, session_pk: int | None, wait: bool, yielding: bool = False) -> tuple[int, bool, bool]:
+        """:meth:`seal`, whether it left a listed turn unsealed (a held lock, the feed's
+        barrier, a chain that does not verify, or closing), and (``yielding``: between
+        transactions) whether it stopped because the appends came back."""
         st = self._owner.storage
         failed: set[tuple[int, int]] = set()
         total = 0
@@ -250,17 +251,19 @@ class Sealer:
                 listed = st.sealable_turns(tx, session_pk, _LISTED)
             todo = [t for t in _joined(listed) if (t.session_pk, t.turn) not in failed]
             if not todo:
-                return total, bool(failed)
+                return total, bool(failed), False
             for i in range(0, len(todo), TURNS_PER_TRANSACTION):
                 if self._backlog.closed:
-                    return total, True
+                    return total, True, False
+                if yielding and i and self._backlog.delay(time.monotonic()) > 0:
+                    return total, True, True
                 batch = todo[i : i + TURNS_PER_TRANSACTION]
                 done = self._seal_batch(batch, wait)
                 total += sum(t.turns for t in done)
                 self._sealed_any = self._sealed_any or bool(done)
                 failed.update((t.session_pk, t.turn) for t in batch if t not in done)
             if len(listed) < _LISTED:
-                return total, bool(failed)  # the list was complete
+                return total, bool(failed), False  # the list was complete
 
     def _seal_batch(self, batch: Iterable[SealableTurn], wait: bool) -> list[SealableTurn]:
         eng = self._owner
@@ -293,7 +296,10 @@ class Sealer:
             if yielding and i and self._backlog.delay(time.monotonic()) > 0:
                 return skipped, set(pks[i:])
             try:
-                if self._seal(pk, wait=not yielding)[1]:
+                _, left, yielded = self._seal(pk, wait=not yielding, yielding=yielding)
+                if yielded:
+                    return skipped, set(pks[i:])
+                if left:
                     skipped.add(pk)
             except EventStoreError as exc:
                 _log.warning("sealing session row %d failed: %s", pk, exc)
