@@ -133,9 +133,13 @@ class _Backlog:
         #: When an append of this store last committed (monotonic; written unlocked).
         self.last_append = float("-inf")
 
-    def closed_turn(self, session_pk: int, turns: int) -> None:
-        """Turns of this session have closed: count them, and queue the session."""
+    def closed_turn(self, session_pk: int, turns: int) -> bool:
+        """Turns of this session have closed: count them, and queue the session. Whether
+        the worker must be woken: a worker waiting out a pause of the appends re-checks
+        at its deadline anyway (a later close moves neither the pause nor the oldest age),
+        so only a first queued session, or the backlog reaching half its cap, wakes it."""
         with self.lock:
+            was_queued = bool(self.pending)
             now = time.monotonic()
             d = self.waiting.setdefault(session_pk, deque())
             for _ in range(turns):
@@ -143,6 +147,7 @@ class _Backlog:
                 d.append((self._seq, now))
             self.total += turns
             self.pending.add(session_pk)
+            return not was_queued or 2 * self.total >= self.policy.max_backlog
 
     def idle(self) -> bool:
         """Nothing queued, nothing in hand."""
@@ -308,8 +313,8 @@ class Sealer:
 
     def wake(self, session_pk: int, turns: int = 1) -> None:
         """Turns of this session have closed: seal them soon (never blocks, never raises)."""
-        self._backlog.closed_turn(session_pk, turns)
-        self._worker.wake()
+        if self._backlog.closed_turn(session_pk, turns):
+            self._worker.wake()
 
     def appended(self) -> None:
         """An append of this store has committed (the worker yields to appends)."""
