@@ -89,8 +89,8 @@ class SealPolicy:
     session waiting longest before it returns (its own events are committed first: a
     failure there is logged, never raised). So however fast the writers go, the backlog
     stays within ``max_backlog`` plus one turn per writer, but for turns that cannot be
-    sealed yet (a session's row held, the feed's barrier not past them) and are tried
-    again :data:`RETRY_AFTER` later.
+    sealed yet (the feed's barrier not past them, or rows that do not verify, which
+    ``verify`` reports), tried again :data:`RETRY_AFTER` later.
 
     Attributes:
         quiet: seconds without an append of this store before the worker seals (0: it
