@@ -193,17 +193,31 @@ class _Backlog:
             self.busy += 1
             return pks, self._seq
 
-    def done(self, taken: Iterable[int], mark: int, skipped: set[int], untouched: set[int]) -> None:
+    def done(self, taken: Iterable[int], mark: int, skipped: dict[int, int], untouched: set[int]) -> None:
         """The sessions taken at ``mark`` are sealed, but for ``skipped`` (tried again
-        :data:`RETRY_AFTER` later) and ``untouched`` (the worker yielded before them)."""
+        :data:`RETRY_AFTER` later; each with the turns it has left, ``-1``: unknown) and
+        ``untouched`` (the worker yielded before them)."""
         with self.lock:
+            now = time.monotonic()
             for pk in taken:
                 if pk in untouched:
                     self.pending.add(pk)
                 elif pk in skipped:
                     if not self.retry:
-                        self.retry_at = time.monotonic() + RETRY_AFTER
+                        self.retry_at = now + RETRY_AFTER
                     self.retry.add(pk)
+                    d = self.waiting.get(pk)
+                    if d is not None and skipped[pk] >= 0:
+                        # Count only the turns left, aged from now: a turn that cannot be
+                        # sealed yet (rows that do not verify) must neither grow the
+                        # backlog with the turns sealed after it nor keep it past max_age.
+                        older = sum(1 for e in d if e[0] <= mark)
+                        for _ in range(older):
+                            d.popleft()
+                        d.extendleft([(mark, now)] * skipped[pk])
+                        self.total += skipped[pk] - older
+                        if not d:
+                            del self.waiting[pk]
                 else:
                     # Every turn closed before the take was listed by this round: sealed
                     # (or a short one waiting for more, which is no backlog).
@@ -244,31 +258,32 @@ class Sealer:
         number of turns sealed. ``wait=False``: skip sessions another transaction holds."""
         return self._seal(session_pk, wait)[0]
 
-    def _seal(self, session_pk: int | None, wait: bool, yielding: bool = False) -> tuple[int, bool, bool]:
-        """:meth:`seal`, whether it left a listed turn unsealed (a held lock, the feed's
-        barrier, a chain that does not verify, or closing), and (``yielding``: between
-        transactions) whether it stopped because the appends came back."""
+    def _seal(self, session_pk: int | None, wait: bool, yielding: bool = False) -> tuple[int, int, bool]:
+        """:meth:`seal`, how many listed turns it left unsealed (a held lock, the feed's
+        barrier, a chain that does not verify; ``-1``: it stopped early, closing or
+        yielding), and (``yielding``: between transactions) whether it stopped because
+        the appends came back."""
         st = self._owner.storage
-        failed: set[tuple[int, int]] = set()
+        failed: dict[tuple[int, int], int] = {}  # (session, turn) -> turns left
         total = 0
         while True:
             with st.read() as tx:
                 listed = st.sealable_turns(tx, session_pk, _LISTED)
             todo = [t for t in _joined(listed) if (t.session_pk, t.turn) not in failed]
             if not todo:
-                return total, bool(failed), False
+                return total, sum(failed.values()), False
             for i in range(0, len(todo), TURNS_PER_TRANSACTION):
                 if self._backlog.closed:
-                    return total, True, False
+                    return total, -1, False
                 if yielding and i and self._backlog.delay(time.monotonic()) > 0:
-                    return total, True, True
+                    return total, -1, True
                 batch = todo[i : i + TURNS_PER_TRANSACTION]
                 done = self._seal_batch(batch, wait)
                 total += sum(t.turns for t in done)
                 self._sealed_any = self._sealed_any or bool(done)
-                failed.update((t.session_pk, t.turn) for t in batch if t not in done)
+                failed.update(((t.session_pk, t.turn), t.turns) for t in batch if t not in done)
             if len(listed) < _LISTED:
-                return total, bool(failed), False  # the list was complete
+                return total, sum(failed.values()), False  # the list was complete
 
     def _seal_batch(self, batch: Iterable[SealableTurn], wait: bool) -> list[SealableTurn]:
         eng = self._owner
@@ -288,13 +303,14 @@ class Sealer:
 
     # -- the background worker ----------------------------------------------------------
 
-    def seal_sessions(self, pks: list[int], *, yielding: bool = True) -> tuple[set[int], set[int]]:
+    def seal_sessions(self, pks: list[int], *, yielding: bool = True) -> tuple[dict[int, int], set[int]]:
         """One round of the background worker: seal these sessions' closed turns, in this
         order, without waiting for a lock (``yielding``; an assisting append waits). Returns
         the sessions left with turns to seal (skipped for a held lock, the feed's barrier,
-        or a failure, which is logged), to try again later, and (``yielding``) those not
-        begun because the appends came back (the policy's ``quiet``)."""
-        skipped: set[int] = set()
+        or a failure, which is logged), to try again later, with how many (``-1``: not
+        known), and (``yielding``) those not begun because the appends came back (the
+        policy's ``quiet``)."""
+        skipped: dict[int, int] = {}
         for i, pk in enumerate(pks):
             if self._backlog.closed:
                 return skipped, set(pks[i:])
@@ -305,10 +321,10 @@ class Sealer:
                 if yielded:
                     return skipped, set(pks[i:])
                 if left:
-                    skipped.add(pk)
+                    skipped[pk] = left
             except EventStoreError as exc:
                 _log.warning("sealing session row %d failed: %s", pk, exc)
-                skipped.add(pk)
+                skipped[pk] = -1
         return skipped, set()
 
     def wake(self, session_pk: int, turns: int = 1) -> None:
@@ -336,7 +352,7 @@ class Sealer:
             return
         backlog = self._backlog
         pks, mark = backlog.take(oldest_only=True)
-        skipped: set[int] = set(pks)
+        skipped: dict[int, int] = dict.fromkeys(pks, -1)
         try:
             skipped, _ = self.seal_sessions(pks, yielding=False)
         except Exception:  # noqa: BLE001 - the caller's append has committed: never its error
@@ -393,7 +409,7 @@ class _ThreadWorker:
                 if backlog.closed:
                     return
                 pks, mark = backlog.take()
-            skipped: set[int] = set()
+            skipped: dict[int, int] = {}
             untouched: set[int] = set()
             try:
                 skipped, untouched = self._sealer.seal_sessions(pks)
@@ -441,13 +457,13 @@ class LoopWorker:
                 await self._sleep(wait)
                 continue
             pks, mark = backlog.take()
-            skipped: set[int] = set()
+            skipped: dict[int, int] = {}
             untouched: set[int] = set()
             try:
                 skipped, untouched = await run(self._sealer.seal_sessions, pks)
             except Exception:  # noqa: BLE001 - a bug must not end sealing for good
                 _log.exception("sealing sessions %s failed", pks)
-                skipped = set(pks)
+                skipped = dict.fromkeys(pks, -1)
             finally:
                 backlog.done(pks, mark, skipped, untouched)
 
