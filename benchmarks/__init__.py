@@ -30,6 +30,7 @@ BENCHMARKS: list[str] = [
     "scale",  # partitions vs plain, growth, replicas; needs the replica of scripts/with-postgres
     "catalogue",  # a sidebar page among up to 1M sessions; what the catalogue costs appends
     "seal",  # sealed segments: bytes per event against the bare row; the segment codec
+    "seal_cost",  # one writer flat out with sealing off, on (SealPolicy) and eager: what sealing costs it
     "headload",  # the head load and a checkout against a decode of the head state, sealed and not
     "growth",  # N sessions of T turns with sealing on: bytes, appends, loads, sealing lag per checkpoint
 ]

@@ -31,6 +31,7 @@ _PUBLIC: dict[str, dict[str, str]] = {
     "the store": {
         "EventStore": "eventstore.store",
         "AsyncEventStore": "eventstore.async_store",
+        "SealPolicy": "eventstore.engine.sealer",
         "AppendResult": "eventstore.core.records",
         "RecordedEvent": "eventstore.core.records",
         "Follower": "eventstore.core.feed_rules",
@@ -382,6 +383,9 @@ if TYPE_CHECKING:  # static checkers cannot follow the table: they read these im
     )
     from eventstore.features.timetravel import (
         ReplayStep as ReplayStep,
+    )
+    from eventstore.engine.sealer import (
+        SealPolicy as SealPolicy,
     )
     from eventstore.features.importing import (
         ImportResult as ImportResult,

@@ -170,7 +170,10 @@ class AsyncEventStore(StoreBase):
         ":mod:`eventstore.engine.group_commit`); each gets the result or error it would get alone.",
     )
     async def append(self, *args: Any, **kwargs: Any) -> AppendResult:
-        return await self._appends.append(self._engine.prepare_append(*args, **kwargs))
+        result = await self._appends.append(self._engine.prepare_append(*args, **kwargs))
+        if self._engine.sealer.over_cap():
+            await run(self._engine.sealer.assist)  # the backlog's bound (SealPolicy)
+        return result
 
     @_twin(
         EventStore.turn,

@@ -59,7 +59,10 @@ class EventStore(StoreBase):
         max_event_bytes: the largest encoded action (and metadata) accepted.
         max_id_length: the longest session id, event id or actor accepted.
         seal: rewrite each closed turn's events in the background into one compressed
-            segment (``False``: keep every event a row). Invisible to every reader.
+            segment (``False``: keep every event a row). Invisible to every reader. A
+            :class:`~eventstore.SealPolicy` says when the background sealer works: it
+            yields to this store's appends, within a bound on the closed turns waiting
+            (``True`` is ``SealPolicy()``; see docs/sealing.md).
         **storage_options: backend options (``busy_timeout_ms`` and ``pool_size`` for
             SQLite; for PostgreSQL ``pool_size``, ``max_overflow``, ``pool_timeout``
             (seconds to wait for a connection), ``connect_timeout``, ``prepare_threshold``

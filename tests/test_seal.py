@@ -510,3 +510,40 @@ def test_a_read_that_meets_an_event_as_a_row_and_sealed_keeps_one_and_a_differen
     assert _one_each([ev(1), ev(2), ev(2), ev(3)]) == [ev(1), ev(2), ev(3)]
     with pytest.raises(SegmentCorrupt, match="both a row and sealed"):
         _one_each([ev(1), ev(2), ev(2, b'{"type":"retry"}')])
+
+
+def test_a_closed_turn_whose_rows_do_not_verify_stays_rows_and_the_turns_around_it_are_sealed(
+    db_url: str, backend: str
+) -> None:
+    import frozen_ddl
+
+    actions = chat_session(TURNS, seed=15)
+    with make_store(db_url, seal=False) as store:
+        _write(store, "s", actions)
+        engine = create_engine(db_url)
+        try:
+            with engine.begin() as conn:  # an edit behind the triggers' back, in turn 2
+                if backend == "sqlite":
+                    for stmt in frozen_ddl.sqlite_drop_immutability():
+                        conn.execute(text(stmt))
+                else:
+                    conn.execute(text("SET LOCAL session_replication_role = replica"))
+                version = conn.execute(text("SELECT max(version) - 3 FROM events WHERE turn = 2")).scalar_one()
+                conn.execute(
+                    text("UPDATE events SET actor = 'mallory' WHERE version = :v"), {"v": version}
+                )
+                if backend == "sqlite":
+                    for stmt in frozen_ddl.sqlite_immutability():
+                        conn.execute(text(stmt))
+            # Turns 1 and 3 are sealed in the same transactions as turn 2 is refused.
+            assert store.seal() == 2
+            assert store.seal() == 0
+            with engine.connect() as conn:
+                left = conn.execute(text("SELECT DISTINCT turn FROM events WHERE turn < :t ORDER BY 1"), {"t": TURNS}).scalars().all()
+                sealed = conn.execute(text("SELECT first_turn FROM event_segments ORDER BY 1")).scalars().all()
+        finally:
+            engine.dispose()
+        assert left == [2] and sealed == [1, 3]
+        report = store.verify()
+        assert not report.ok
+        assert any(f"version {version}" in p.message for p in report.problems), report.problems

@@ -73,7 +73,7 @@ from eventstore.core.rewinds import Rewinds
 from eventstore.core.rows import CatalogueEffect, EventRow, SessionRow, TurnBatch
 from eventstore.core.validation import MAX_VERSION, Limits, Validator
 from eventstore.engine.planner import AppendPlan, AppendPlanner
-from eventstore.engine.sealer import Sealer
+from eventstore.engine.sealer import SealPolicy, Sealer
 from eventstore.engine.reads import OpenFollowers, feed_plan, follow_plan, iter_history
 from eventstore.engine.transaction_steps import TransactionSteps, now_micros
 from eventstore.errors import ConcurrencyError, InvalidEvent, SchemaError, SessionExists
@@ -179,8 +179,8 @@ class Engine(TransactionSteps):
         seal: Any = True,
         **storage_options: Any,
     ) -> None:
-        if type(seal) is not bool:
-            raise InvalidEvent(f"seal must be True or False, got {seal!r}", field="seal")
+        if type(seal) is not bool and not isinstance(seal, SealPolicy):
+            raise InvalidEvent(f"seal must be True, False or a SealPolicy, got {seal!r}", field="seal")
         for name, value in (
             ("snapshot_every", snapshot_every),
             ("max_event_bytes", max_event_bytes),
@@ -196,12 +196,14 @@ class Engine(TransactionSteps):
         self.storage: Storage = open_storage(url, segment_coder=SegmentCodec(), **storage_options)
         #: The sync followers still open, ended by :meth:`close`.
         self.followers = OpenFollowers()
+        policy = SealPolicy() if seal is True else (seal or None)
         #: Whether closed turns are sealed in the background (``seal=``).
-        self.seal_enabled = seal
+        self.seal_enabled = policy is not None
         # Over asyncio drivers the worker is a task of the store's event loop, not a thread.
-        self.sealer = Sealer(self, background=seal, on_loop=bool(storage_options.get("use_asyncio", False)))
+        self.sealer = Sealer(self, policy=policy, on_loop=bool(storage_options.get("use_asyncio", False)))
         if self.sealer.background:
             self.planner.on_new_turn = self.sealer.wake
+            self.planner.on_append = self.sealer.appended
 
     # -- lifecycle and schema -----------------------------------------------------------
 
@@ -325,8 +327,11 @@ class Engine(TransactionSteps):
 
     def append(self, *args: Any, **kwargs: Any) -> AppendResult:
         """Validate and append a batch: :meth:`prepare_append`'s arguments (see
-        :meth:`eventstore.EventStore.append`)."""
-        return self.append_request(self.prepare_append(*args, **kwargs))
+        :meth:`eventstore.EventStore.append`); at the sealing backlog's cap, seal the
+        session waiting longest before returning."""
+        result = self.append_request(self.prepare_append(*args, **kwargs))
+        self.sealer.assist()
+        return result
 
     def append_request(self, req: AppendRequest) -> AppendResult:
         """Append a prepared batch: the optimistic path, else the locked one."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from eventstore.engine.engine import DEFAULT_SNAPSHOT_EVERY, Engine
+from eventstore.engine.sealer import SealPolicy
 
 __all__ = ["StoreBase"]
 
@@ -28,7 +29,7 @@ class StoreBase:
         snapshot_every: int = DEFAULT_SNAPSHOT_EVERY,
         max_event_bytes: int = 1 << 20,
         max_id_length: int = 256,
-        seal: bool = True,
+        seal: bool | SealPolicy = True,
         **storage_options: Any,
     ) -> None:
         if self._asyncio_storage:

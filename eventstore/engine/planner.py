@@ -72,9 +72,12 @@ class AppendPlanner:
         self._states: OrderedDict[int, tuple[int, bytes, _Head]] = OrderedDict()
         self._reserved = 0
         self._heads: OrderedDict[str, SessionRow] = OrderedDict()
-        #: Called with a session's key when an append of this process starts a new turn
-        #: in it (the sealer's wake-up; ``None``: nobody listens).
-        self.on_new_turn: Callable[[int], None] | None = None
+        #: Called with a session's key and how many of its turns closed when an append of
+        #: this process starts a new turn in it (the sealer's wake-up; ``None``: nobody
+        #: listens).
+        self.on_new_turn: Callable[[int, int], None] | None = None
+        #: Called after every committed append of this process (the sealer yields to them).
+        self.on_append: Callable[[], None] | None = None
         self._turns: OrderedDict[int, int] = OrderedDict()
 
     def take_head(self, session: str) -> SessionRow | None:
@@ -142,14 +145,16 @@ class AppendPlanner:
         (only after commit: a rolled-back head must not be taken as the session's)."""
         with self._lock:
             self._heads[row.id] = row
+            if self.on_append is not None:
+                self.on_append()
             if self.on_new_turn is not None:
                 seen = self._turns.get(row.pk)
                 if seen is None or seen < row.head_turn:
                     self._turns[row.pk] = row.head_turn
                     if len(self._turns) > _HEADS_CACHE:
                         self._turns.popitem(last=False)
-                    if row.head_turn > 1:
-                        self.on_new_turn(row.pk)  # the turn before it has closed
+                    if row.head_turn > 1:  # the turns before it have closed
+                        self.on_new_turn(row.pk, 1 if seen is None else row.head_turn - seen)
             if len(self._heads) > _HEADS_CACHE:
                 self._heads.popitem(last=False)
             if plan is not None and plan.head is not None:

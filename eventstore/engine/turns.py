@@ -529,6 +529,7 @@ def open_locked(engine: Engine, opening: Opening) -> TurnState:
         st.update_session(tx, row.pk, writer=(o.token, now))
     head = head_after(row, rows[-1].version, prev, turn)
     eng.planner.committed(head, plan)
+    eng.sealer.assist()  # the send closed the turn before: the backlog's bound (SealPolicy)
     return TurnState(o.session, head, o.token, o.actor, o.max_delay, time.monotonic())
 
 

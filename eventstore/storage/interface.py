@@ -378,13 +378,16 @@ class Storage(Protocol):
         same session has closed (of one session, or of all), oldest session first."""
         ...
 
-    def seal_turn(self, tx: Tx, row: SessionRow, turn: SealableTurn, hashed_as: str) -> bool:
-        """Rewrite one turn's rows into one segment and delete them, in ``tx`` (the caller
-        locked the row: :meth:`session` with ``lock``).
+    def seal_turns(
+        self, tx: Tx, row: SessionRow, turns: Sequence[SealableTurn], hashed_as: str
+    ) -> list[SealableTurn]:
+        """Rewrite closed turns of one session into one segment each and delete their rows,
+        in ``tx`` (the caller locked the row: :meth:`session` with ``lock``); the turns
+        sealed.
 
-        Returns ``False`` (nothing written) when the rows are no longer all there, do not
-        hash to their recorded chain under ``hashed_as``, or (PostgreSQL) are not yet below
-        the feed's barrier; the turn is then tried again by a later call.
+        A turn is left out (nothing written for it; a later call tries it again) when its
+        rows are no longer all there, do not hash to their recorded chain under
+        ``hashed_as``, or (PostgreSQL) are not yet below the feed's barrier.
         """
         ...
 

@@ -36,6 +36,7 @@ from eventstore.storage.sql.statements import S_MOVE_HEAD, Compiled, upsert_snap
 
 __all__ = [
     "FEED_XACT",
+    "SEAL_CALL",
     "feed_channel",
     "KEY_PARAM",
     "append_stmt",
@@ -331,6 +332,17 @@ def snapshot_xmin() -> Any:
     :mod:`eventstore.storage.postgres.feed_barrier`)."""
     return writers_barrier()
 
+
+# Sealing one closed turn through the owner's function (migration 0011 defines it).
+SEAL_CALL = select(
+    func.eventstore_seal(
+        bindparam("pk"),
+        bindparam("first"),
+        bindparam("last"),
+        bindparam("prev", type_=LargeBinary()),
+        bindparam("body", type_=LargeBinary()),
+    )
+)
 
 #: A band is always an index range, but the planner knows it only from statistics: on a
 #: table not analysed yet it would read the whole table for every page.

@@ -26,6 +26,7 @@ from eventstore.storage.postgres.statements import (
     BAND_SETTINGS,
     FEED_XACT,
     MIGRATION_LOCK,
+    SEAL_CALL,
     feed_barrier_stmt,
     snapshot_xmin,
 )
@@ -118,6 +119,7 @@ class PostgresStorage(HotAppends, HotLoads):
         super().__init__(engine, url)
         self._q_feed_barrier = Compiled(feed_barrier_stmt(), engine.dialect)
         self._append_queries()
+        self._q_seal_call = Compiled(SEAL_CALL, engine.dialect)
 
     def _migration_options(self, conn: Connection) -> dict[str, Any]:
         return migration_options(conn, self.partitions, self.safe_url)
@@ -134,14 +136,17 @@ class PostgresStorage(HotAppends, HotLoads):
         # transaction that could still append after them holds an older id.
         return self.feed_barrier(tx).below
 
-    def _write_segment(
-        self, tx: Tx, pk: int, turn: SealableTurn, prev: bytes, body: bytes, sealed: Sequence[SealedEvent]
+    def _write_segments(
+        self, tx: Tx, pk: int, done: Sequence[tuple[SealableTurn, bytes, bytes, list[SealedEvent]]]
     ) -> None:
-        # The owner's function checks the range, copies end_hash and computes xact_digest
-        # from the rows itself (migrations/versions/0011_seal_segments.py).
-        tx.execute(
-            select(func.eventstore_seal(pk, turn.first, turn.last, prev, body))
-        ).all()
+        # The owner's function checks each range, copies end_hash and computes xact_digest
+        # from the rows itself (migrations/versions/0011_seal_segments.py); the calls go
+        # in one pipeline, not one round trip each.
+        self._runmany(
+            tx,
+            self._q_seal_call,
+            [{"pk": pk, "first": t.first, "last": t.last, "prev": prev, "body": body} for t, prev, body, _ in done],
+        )
 
     def thin_snapshots(
         self, tx: Tx, session_pk: int, *, first: int, last: int, keep_every: int

@@ -7,10 +7,11 @@ through one of the merges here, which add the events of the segments overlapping
 asked (by version for a session, by feed number for the feed), decoded and checked. So
 the engine and the features see exactly the rows they saw before sealing.
 
-Sealing (:meth:`Sealing.seal_turn`) reads a closed turn's rows under the session's row
-lock, checks their chain, encodes them and writes the segment in place of the rows in the
-caller's transaction: on SQLite under a compaction permit, on PostgreSQL through the
-owner's ``eventstore_seal`` function (the dialect's :meth:`Sealing._write_segment`). The
+Sealing (:meth:`Sealing.seal_turns`) reads closed turns' rows under the session's row
+lock (one statement for all of them), checks their chain, encodes them and writes each
+turn's segment in place of its rows in the caller's transaction: on SQLite under a
+compaction permit, on PostgreSQL through the owner's ``eventstore_seal`` function, one
+call per turn sent in one pipeline (the dialect's :meth:`Sealing._write_segments`). The
 sealed events' ids go into ``sealed_event_ids`` in the same transaction, so that an
 append's duplicate check finds a sealed id with an index probe and decodes only the
 segment holding it, not the session's whole sealed past.
@@ -407,13 +408,21 @@ class Sealing:
             return got
         return None
 
-    def seal_turn(self, tx: Tx, row: SessionRow, turn: SealableTurn, hashed_as: str) -> bool:
+    def seal_turns(
+        self, tx: Tx, row: SessionRow, turns: Sequence[SealableTurn], hashed_as: str
+    ) -> list[SealableTurn]:
         coder = self.segment_coder
         if coder is None:
             raise StorageError("this storage was given no segment codec")
-        found = self._fetchall(tx, self._q_seal_rows, {"pk": row.pk, "first": turn.first, "last": turn.last})
-        sealed = [
-            SealedEvent(
+        if not turns:
+            return []
+        # One read of every row the turns span, one look at the barrier, and each turn's
+        # chain checked from the hash its predecessor in this call ended on: what sealing
+        # one turn at a time read, looked up and hashed once per turn.
+        lo, hi = min(t.first for t in turns), max(t.last for t in turns)
+        found = self._fetchall(tx, self._q_seal_rows, {"pk": row.pk, "first": lo, "last": hi})
+        by_version = {
+            int(r[1]): SealedEvent(
                 EventRow(
                     r[0], r[1], r[2], r[3], r[4], bytes(r[5]), r[6], r[7],
                     None if r[8] is None else bytes(r[8]), bytes(r[9]),
@@ -422,57 +431,67 @@ class Sealing:
                 int(r[11]),
             )
             for r in found
-        ]
-        rows = [s.row for s in sealed]
-        if (
-            [r.version for r in rows] != list(range(turn.first, turn.last + 1))
-            or any(not turn.turn <= r.turn <= turn.last_turn for r in rows)
-            or turn.last_turn >= row.head_turn
-        ):
-            return False
+        }
         barrier = self._seal_barrier(tx)
-        if barrier is not None and max(s.xact for s in sealed) >= barrier:
-            return False
-        prev = self._hash_before(tx, row, turn.first - 1)
-        if prev is None or coder.chain_end(prev, hashed_as, rows) != rows[-1].hash:
-            return False  # a chain that does not verify stays rows, for verify to report
-        body = coder.encode(sealed, hashed_as)
-        self._write_segment(tx, row.pk, turn, prev, body, sealed)
-        return True
+        verified: dict[int, bytes] = {}  # version -> its recomputed (and recorded) hash
+        done: list[tuple[SealableTurn, bytes, bytes, list[SealedEvent]]] = []
+        for turn in sorted(turns, key=lambda t: t.first):
+            sealed = [by_version.get(v) for v in range(turn.first, turn.last + 1)]
+            if any(s is None for s in sealed):
+                continue  # sealed, compacted or erased since it was listed
+            events_ = [s for s in sealed if s is not None]
+            rows = [s.row for s in events_]
+            if any(not turn.turn <= r.turn <= turn.last_turn for r in rows) or turn.last_turn >= row.head_turn:
+                continue
+            if barrier is not None and max(s.xact for s in events_) >= barrier:
+                continue
+            prev = verified.get(turn.first - 1) or self._hash_before(tx, row, turn.first - 1)
+            if prev is None or coder.chain_end(prev, hashed_as, rows) != rows[-1].hash:
+                continue  # a chain that does not verify stays rows, for verify to report
+            verified[turn.last] = rows[-1].hash
+            done.append((turn, prev, coder.encode(events_, hashed_as), events_))
+        if done:
+            self._write_segments(tx, row.pk, done)
+        return [d[0] for d in done]
 
-    def _write_segment(
-        self, tx: Tx, pk: int, turn: SealableTurn, prev: bytes, body: bytes, sealed: Sequence[SealedEvent]
+    def _write_segments(
+        self, tx: Tx, pk: int, done: Sequence[tuple[SealableTurn, bytes, bytes, list[SealedEvent]]]
     ) -> None:
-        """Insert the segment and delete its rows (SQLite: under a compaction permit)."""
+        """Insert the segments ``(turn, prev hash, body, events)`` and delete their rows
+        (SQLite: under one compaction permit up to the last of them)."""
         coder = self.segment_coder
         assert coder is not None
-        xacts = [s.xact for s in sealed]
-        self._run(
-            tx,
-            self._q_insert_segment,
-            {
-                "session_pk": pk,
-                "first_version": turn.first,
-                "last_version": turn.last,
-                "first_turn": turn.turn,
-                "last_turn": turn.last_turn,
-                "min_xact": min(xacts),
-                "max_xact": max(xacts),
-                "prev_hash": prev,
-                "end_hash": sealed[-1].row.hash,
-                "xact_digest": coder.xact_digest(xacts),
-                "body": body,
-            },
-        ).close()
-        ids = [
-            {"session_pk": pk, "event_id": s.row.event_id, "version": s.row.version}
-            for s in sealed
-            if s.row.event_id is not None
-        ]
+        segments = []
+        ids = []
+        for turn, prev, body, sealed in done:
+            xacts = [s.xact for s in sealed]
+            segments.append(
+                {
+                    "session_pk": pk,
+                    "first_version": turn.first,
+                    "last_version": turn.last,
+                    "first_turn": turn.turn,
+                    "last_turn": turn.last_turn,
+                    "min_xact": min(xacts),
+                    "max_xact": max(xacts),
+                    "prev_hash": prev,
+                    "end_hash": sealed[-1].row.hash,
+                    "xact_digest": coder.xact_digest(xacts),
+                    "body": body,
+                }
+            )
+            ids += [
+                {"session_pk": pk, "event_id": s.row.event_id, "version": s.row.version}
+                for s in sealed
+                if s.row.event_id is not None
+            ]
+        self._runmany(tx, self._q_insert_segment, segments)
         if ids:
             self._runmany(tx, self._q_insert_sealed_id, ids)
-        self._run(tx, self._q_insert_permit, {"pk": pk, "upto": turn.last}).close()
-        self._run(tx, self._q_delete_sealed_rows, {"pk": pk, "first": turn.first, "last": turn.last}).close()
+        self._run(tx, self._q_insert_permit, {"pk": pk, "upto": max(d[0].last for d in done)}).close()
+        self._runmany(
+            tx, self._q_delete_sealed_rows, [{"pk": pk, "first": d[0].first, "last": d[0].last} for d in done]
+        )
         self._run(tx, self._q_delete_permit, {"pk": pk}).close()
 
     # -- compaction and erasure -------------------------------------------------------------
