@@ -9,15 +9,14 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg.rows import namedtuple_row
 
-from eventstore.core.rows import LoadParts, NewSession, SessionRow
-from eventstore.storage.interface import Tx
+from eventstore.core.rows import LoadParts, SessionRow
 from eventstore.storage.postgres.connections import Connections
 from eventstore.storage.postgres.statements import LOAD, LOAD_BY_KEY
 from eventstore.storage.sql import session_row
 
 __all__ = ["HotLoads"]
 
-# A session row, or maybe none (what _learn_key passes through).
+# A session row, or maybe none (what _seen passes through).
 _Row = TypeVar("_Row", SessionRow, SessionRow | None)
 
 
@@ -28,7 +27,7 @@ class HotLoads(Connections):
     def load_parts(
         self, session_id: str, version: int | None, reducer_version: int
     ) -> LoadParts | None:
-        # Learnt from every session row read (see _learn_key), so a load can name the
+        # Learnt from every session row read (see _seen), so a load can name the
         # session's key (see LOAD_BY_KEY).
         key = self.session_keys.key(session_id)
         params = {"id": session_id, "version": version, "rv": reducer_version, "pk": key}
@@ -40,7 +39,7 @@ class HotLoads(Connections):
                 r = self._load_retried({**params, "pk": None})
         if r is None:
             return LoadParts(None)
-        row = self._learn_key(session_row(r))
+        row = self._seen(session_row(r))
         if row.parent_pk is not None:
             return LoadParts(row)
         sealed: tuple[tuple[int, bytes], ...] = ()
@@ -68,21 +67,7 @@ class HotLoads(Connections):
             sealed=sealed,
         )
 
-    def session(
-        self,
-        tx: Tx,
-        *,
-        id: str | None = None,
-        pk: int | None = None,
-        lock: bool = False,
-        wait: bool = True,
-    ) -> SessionRow | None:
-        return self._learn_key(super().session(tx, id=id, pk=pk, lock=lock, wait=wait))
-
-    def insert_session(self, tx: Tx, new: NewSession) -> SessionRow | None:
-        return self._learn_key(super().insert_session(tx, new))
-
-    def _learn_key(self, row: _Row) -> _Row:
+    def _seen(self, row: _Row) -> _Row:
         """Remember a session row's key for later loads of that session (a key that turns
         out wrong, e.g. of a rolled-back insert, only costs a load one more round trip)."""
         if row is not None:
