@@ -229,7 +229,11 @@ def test_killed_idle_connections_are_replaced_silently(
 
 
 def test_the_in_flight_append_gets_a_retryable_error_and_its_retry_lands_once(
-    pg_store: EventStore, admin: psycopg.Connection[Any], tag: str, caplog: pytest.LogCaptureFixture
+    pg_schema: str,
+    pg_store: EventStore,
+    admin: psycopg.Connection[Any],
+    tag: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.ERROR)
     batch = chat_session(turns=12, seed=6)
@@ -243,22 +247,24 @@ def test_the_in_flight_append_gets_a_retryable_error_and_its_retry_lands_once(
         except BaseException as exc:  # noqa: BLE001
             outcome.append(exc)
 
-    thread = threading.Thread(target=write)
-    thread.start()
-    deadline = time.monotonic() + 30
-    killed = 0
-    while thread.is_alive() and time.monotonic() < deadline and not killed:
-        busy = admin.execute(
-            "SELECT a.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-            "JOIN pg_class c ON c.oid = l.relation "
-            "WHERE a.application_name = %s AND c.relname = 'events' "
-            "AND l.mode = 'RowExclusiveLock' AND l.granted",
-            (tag,),
-        ).fetchall()
-        if busy:
-            killed = _terminate(admin, tag, busy_only=True)
+    # The session's row held by another transaction: the append waits inside its own
+    # transaction, where it is cut, however fast or slow this machine is.
+    with psycopg.connect(_dsn(pg_schema)) as holder:
+        holder.execute("SELECT 1 FROM sessions WHERE id = 's' FOR UPDATE")
+        thread = threading.Thread(target=write)
+        thread.start()
+        deadline = time.monotonic() + 60  # only bounds a broken build's run
+        waiting: list[Any] = []
+        while thread.is_alive() and time.monotonic() < deadline and not waiting:
+            waiting = admin.execute(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = %s AND wait_event_type = 'Lock'",
+                (tag,),
+            ).fetchall()
+            time.sleep(0.01)  # paces the polling only
+        killed = _terminate(admin, tag, busy_only=True) if waiting else 0
+        holder.rollback()
     thread.join(60)
-    assert killed, "the append finished before it could be interrupted"
+    assert killed, "the append never waited for the held row"
     (result,) = outcome
     _assert_retryable(result)
     # Nothing of the batch was committed (the transaction died with its connection)...
