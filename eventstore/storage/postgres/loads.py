@@ -16,7 +16,7 @@ from eventstore.storage.sql import session_row
 
 __all__ = ["HotLoads"]
 
-# A session row, or maybe none (what _seen passes through).
+# A session row, or maybe none (what _session_seen passes through).
 _Row = TypeVar("_Row", SessionRow, SessionRow | None)
 
 
@@ -27,7 +27,7 @@ class HotLoads(Connections):
     def load_parts(
         self, session_id: str, version: int | None, reducer_version: int
     ) -> LoadParts | None:
-        # Learnt from every session row read (see _seen), so a load can name the
+        # Learnt from every session row read (see _session_seen), so a load can name the
         # session's key (see LOAD_BY_KEY).
         key = self.session_keys.key(session_id)
         params = {"id": session_id, "version": version, "rv": reducer_version, "pk": key}
@@ -39,7 +39,7 @@ class HotLoads(Connections):
                 r = self._load_retried({**params, "pk": None})
         if r is None:
             return LoadParts(None)
-        row = self._seen(session_row(r))
+        row = self._session_seen(session_row(r))
         if row.parent_pk is not None:
             return LoadParts(row)
         sealed: tuple[tuple[int, bytes], ...] = ()
@@ -67,7 +67,7 @@ class HotLoads(Connections):
             sealed=sealed,
         )
 
-    def _seen(self, row: _Row) -> _Row:
+    def _session_seen(self, row: _Row) -> _Row:
         """Remember a session row's key for later loads of that session (a key that turns
         out wrong, e.g. of a rolled-back insert, only costs a load one more round trip)."""
         if row is not None:

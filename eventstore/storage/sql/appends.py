@@ -67,11 +67,11 @@ class SessionWrites(SqlTransactions):
     ) -> SessionRow | None:
         if pk is not None:
             if lock:
-                return self._seen(self._lock_for_seal(tx, pk, wait=wait))
+                return self._session_seen(self._lock_for_seal(tx, pk, wait=wait))
             r = self._fetchone(tx, self._q_get_session_pk, {"pk": pk})
         else:
             r = self._fetchone(tx, self._q_lock_session if lock else self._q_get_session, {"id": id})
-        return None if r is None else self._seen(session_row(r))
+        return None if r is None else self._session_seen(session_row(r))
 
     def sessions(self, tx: Tx, *, descendants_of: int | None = None) -> list[SessionRow]:
         if descendants_of is None:
@@ -113,9 +113,9 @@ class SessionWrites(SqlTransactions):
             .returning(*SESSION_COLS)
         )
         r = tx.execute(stmt).first()
-        return None if r is None else self._seen(session_row(r))
+        return None if r is None else self._session_seen(session_row(r))
 
-    def _seen(self, row: SessionRow | None) -> SessionRow | None:
+    def _session_seen(self, row: SessionRow | None) -> SessionRow | None:
         """A session row just read or inserted (a backend that caches what it learns from
         one, such as PostgreSQL's session keys, overrides this)."""
         return row
