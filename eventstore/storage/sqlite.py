@@ -13,6 +13,8 @@ import asyncio
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, func, literal_column, select
@@ -229,29 +231,44 @@ class SQLiteStorage(SqlStorage):
         # The hot path on the pooled sqlite3 connection itself: BEGIN IMMEDIATE, the
         # checked head move, executemany of the batch, the snapshots, COMMIT — without a
         # SQLAlchemy Connection and its begin/commit events around it.
-        with self._errors():
-            fairy = self.engine.raw_connection()
+        with self._errors(), self._raw_tx("BEGIN IMMEDIATE") as (tx, cur):
+            ok = self._append_plain(tx, b)
+            if not ok:
+                cur.execute("ROLLBACK")
+        if ok:
+            self._committed()
+        return ok
+
+    @contextmanager
+    def _hot_read(self) -> Iterator[Any]:
+        # A load's few statements on the pooled sqlite3 connection itself, in one read
+        # transaction: a SQLAlchemy Connection with its begin/commit events costs more
+        # CPU than the statements (about a tenth of a head load's).
+        with self._errors(), self._raw_tx("BEGIN") as (tx, _):
+            yield tx
+
+    @contextmanager
+    def _raw_tx(self, begin: str) -> Iterator[tuple[_RawTx, Any]]:
+        """A transaction opened with ``begin`` on a pooled connection, committed when the
+        block ends (unless the block ended it), rolled back when it raises."""
+        fairy = self.engine.raw_connection()
+        try:
+            cur = fairy.cursor()
             try:
-                tx = _RawTx(fairy)
-                cur = fairy.cursor()
+                cur.execute(begin)
                 try:
-                    cur.execute("BEGIN IMMEDIATE")
-                    try:
-                        if self._append_plain(tx, b):
-                            cur.execute("COMMIT")
-                            self._committed()
-                            return True
+                    yield _RawTx(fairy), cur
+                except BaseException:
+                    dbapi = fairy.driver_connection
+                    if dbapi is not None and dbapi.in_transaction:
                         cur.execute("ROLLBACK")
-                        return False
-                    except BaseException:
-                        dbapi = fairy.driver_connection
-                        if dbapi is not None and dbapi.in_transaction:
-                            cur.execute("ROLLBACK")
-                        raise
-                finally:
-                    cur.close()
+                    raise
+                if fairy.driver_connection.in_transaction:
+                    cur.execute("COMMIT")
             finally:
-                fairy.close()
+                cur.close()
+        finally:
+            fairy.close()
 
     def _insert(self, table: Any) -> Any:
         return sqlite_insert(table)

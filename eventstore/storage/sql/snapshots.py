@@ -189,7 +189,7 @@ class Snapshots(SqlTransactions):
         # In one read transaction: the session row, the newest usable snapshot, its
         # stored blobs in snapshot order (one statement: the digests are split by a
         # recursive CTE, so no parameter list and no digest->body dict), the tail.
-        with self.read() as tx:
+        with self._hot_read() as tx:
             r = self._fetchone(tx, self._q_get_session, {"id": session_id})
             if r is None:
                 return LoadParts(None)

@@ -327,6 +327,12 @@ class SqlTransactions(Sealing, Storage):
             with conn.begin():
                 yield conn
 
+    def _hot_read(self) -> Any:
+        """The read transaction of a load (a context manager giving a transaction whose
+        ``connection`` the compiled statements run on): :meth:`read` unless a backend
+        has a cheaper one."""
+        return self.read()
+
     @contextmanager
     def write(self, *, session: str | None = None, expected: int | None = None) -> Iterator[Tx]:
         with self._errors(session=session, expected=expected), self.engine.connect() as conn:
