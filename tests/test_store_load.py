@@ -77,6 +77,45 @@ def test_chunks_join_to_the_message_array_and_share_unchanged_prefixes() -> None
     assert sum(span in more for span, _ in kept) >= len(kept) - 2
 
 
+def test_a_codec_load_reuses_the_messages_of_blobs_it_decoded_and_stays_within_its_budget() -> None:
+    from eventstore.core.codec import SnapshotCodec, unpack_blob
+
+    actions = chat_session(12, seed=5)
+    late = fold_json(None, actions)
+    # An older state with a few messages fewer: its large chunks are the newer one's.
+    n = len(late["messages"])
+    cut = next(
+        i for i in range(len(actions), 0, -1) if len(fold_json(None, actions[:i])["messages"]) < n - 2
+    )
+    early = fold_json(None, actions[:cut])
+    writer = SnapshotCodec(chunk_messages=2, growth=2)
+    stored = {}
+    for state in (early, late):
+        rest, digests, blobs = writer.encode(state)
+        stored[id(state)] = (rest, [blobs[d] for d in _split(digests)])
+    codec = SnapshotCodec(chunk_messages=2, growth=2)
+    first = codec.load(*stored[id(late)])
+    rest, blobs = stored[id(late)]
+    again = codec.load(rest, [bytes(bytearray(b)) for b in blobs])
+    assert first == again == SnapshotCodec.decode(rest, blobs) == late
+    # The same blobs read again (other bytes objects, same bytes) give the same messages.
+    assert first["messages"] is not again["messages"]
+    assert all(a is b for a, b in zip(first["messages"], again["messages"]))
+    # An older snapshot shares full chunks with the newer one: their messages too.
+    assert set(stored[id(early)][1]) & set(blobs)
+    older = codec.load(*stored[id(early)])
+    assert older == early
+    assert older["messages"][0] is first["messages"][0]
+    # Over the budget the cache starts again; 0 turns it off. Either way the state is the same.
+    biggest = max(len(unpack_blob(b)) for b in blobs)
+    for budget in (biggest, 0):
+        bounded = SnapshotCodec(chunk_messages=2, growth=2, max_decoded=budget)
+        loads = [bounded.load(rest, blobs) for _ in range(2)]
+        assert loads[0] == loads[1] == late
+        if budget == 0:
+            assert loads[0]["messages"][0] is not loads[1]["messages"][0]
+
+
 def test_chunk_spans_take_the_largest_aligned_blobs_first() -> None:
     from eventstore.core.codec import chunk_spans
 

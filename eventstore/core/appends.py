@@ -316,14 +316,18 @@ def missing_blob(version: int) -> StorageError:
     )
 
 
-def state_from_parts(parts: LoadParts, version: int) -> State:
-    """The state dict at ``version`` from a one-statement read (``Storage.load_parts``)."""
+def state_from_parts(parts: LoadParts, version: int, codec: SnapshotCodec | None = None) -> State:
+    """The state dict at ``version`` from a one-statement read (``Storage.load_parts``);
+    ``codec``, if given, decodes the snapshot (:meth:`SnapshotCodec.load`: its cache)."""
     base = parts.snap_version
     state: State | None = None
     if parts.rest is not None:
         if parts.n_found != parts.n_digests:
             raise missing_blob(base)
-        state = SnapshotCodec.decode(parts.rest, parts.bodies)
+        if codec is None:
+            state = SnapshotCodec.decode(parts.rest, parts.bodies)
+        else:
+            state = codec.load(parts.rest, parts.bodies)
     assert parts.row is not None
     actions = orjson.loads(b"[" + parts.tail + b"]") if parts.n_tail else []
     if parts.sealed:

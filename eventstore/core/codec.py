@@ -49,6 +49,9 @@ DIGEST_SIZE = 16
 #: next (see :func:`chunk_spans`); chosen by ``benchmarks headload``.
 CHUNK_MESSAGES = 8
 CHUNK_GROWTH = 8
+#: Bytes of decoded blob JSON a codec's loads remember (see :meth:`SnapshotCodec.load`):
+#: the messages of a few dozen long chats, about three times as many bytes in objects.
+DECODED_CACHE_BYTES = 16 << 20
 #: The first byte of a blob packed by :func:`pack_blob` (a raw blob's is ``{``).
 _LZ4_BLOB = b"\x01"
 #: Bumped if the envelope layout ever changes (it is hashed first).
@@ -317,11 +320,20 @@ class SnapshotCodec:
     be reused) and does not re-serialise or re-hash it at the next snapshot; a chunk is
     remembered by the digests of its messages.
 
+    A load (:meth:`load`) remembers the messages it decoded from each stored blob, keyed
+    by the blob's bytes: a blob stands for the same messages wherever it is found, and a
+    chat's large chunks stay the same for hundreds of turns, so a later load of that
+    session, or of an older version of it, decodes only the blobs it has not seen (at the
+    head, the last few small ones). The messages are then shared between the states
+    returned, as the reducer already shares them: states are immutable.
+
     Args:
         max_cached: messages remembered before the caches are cleared.
         chunk_messages: messages in the smallest chunk.
         growth: each larger chunk size is this many times the one below (1: flat chunks).
         packed: compress the blobs (``False`` writes the older format: raw JSON).
+        max_decoded: bytes of decoded blob JSON remembered by :meth:`load` before its
+            cache is cleared (0: none).
     """
 
     def __init__(
@@ -330,6 +342,7 @@ class SnapshotCodec:
         chunk_messages: int = CHUNK_MESSAGES,
         growth: int = CHUNK_GROWTH,
         packed: bool = True,
+        max_decoded: int = DECODED_CACHE_BYTES,
     ) -> None:
         if chunk_messages < 1 or growth < 1:
             raise ValueError("chunk_messages and growth must be positive")
@@ -339,6 +352,9 @@ class SnapshotCodec:
         self._packed = packed
         self._by_id: dict[int, tuple[Any, bytes, bytes]] = {}
         self._chunks: dict[bytes, tuple[bytes, bytes]] = {}
+        self._max_decoded = max_decoded
+        self._decoded: dict[bytes, list[Any]] = {}
+        self._decoded_bytes = 0
 
     def encode(self, state: Mapping[str, Any]) -> tuple[bytes, bytes, dict[bytes, bytes]]:
         """Split a state.
@@ -401,6 +417,30 @@ class SnapshotCodec:
     def decode(rest: bytes, stored: Iterable[bytes]) -> dict[str, Any]:
         """Rebuild the state dict from ``rest`` and the stored blobs in order."""
         state: dict[str, Any] = {"messages": SnapshotCodec.messages(stored)}
+        state.update(orjson.loads(rest))
+        return state
+
+    def load(self, rest: bytes, stored: Iterable[bytes]) -> dict[str, Any]:
+        """:meth:`decode`, reusing the messages of blobs this codec has decoded before."""
+        if self._max_decoded <= 0:
+            return self.decode(rest, stored)
+        cache = self._decoded
+        messages: list[Any] = []
+        for blob in stored:
+            # Keyed by the stored bytes (hashed once per bytes object): the load reads
+            # blobs, not their digests. Only get and set: atomic under the GIL, so threads
+            # sharing the codec need no lock.
+            found = cache.get(blob)
+            if found is None:
+                body = unpack_blob(blob)
+                found = orjson.loads(b"[" + body + b"]")
+                if self._decoded_bytes + len(body) > self._max_decoded:
+                    cache.clear()
+                    self._decoded_bytes = 0
+                cache[blob] = found
+                self._decoded_bytes += len(body)
+            messages += found
+        state: dict[str, Any] = {"messages": messages}
         state.update(orjson.loads(rest))
         return state
 

@@ -277,7 +277,7 @@ class Engine(TransactionSteps):
                         raise self.missing(tx, session)
                 v = check_version(parts.row, version)
                 if parts.complete:
-                    return state_from_parts(parts, v)
+                    return state_from_parts(parts, v, self.planner.codec)
         with self.storage.read() as tx:
             row = self.row(tx, session)
             return self.state_at(tx, row, check_version(row, version))

@@ -212,7 +212,7 @@ class TransactionSteps(RowSteps):
         ordered = self.storage.ordered_bodies(tx, snap.message_digests)
         if None in ordered:
             raise missing_blob(snap.version)
-        return self.planner.codec.decode(snap.rest, ordered)  # type: ignore[arg-type]
+        return self.planner.codec.load(snap.rest, ordered)  # type: ignore[arg-type]
 
     def put_snapshot(self, tx: Tx, pk: int, version: int, state: Mapping[str, Any], written: set[bytes]) -> None:
         """Store ``state`` as the snapshot of session ``pk`` at ``version``; add the blobs
