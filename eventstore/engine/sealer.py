@@ -18,8 +18,10 @@ the worker yields to the store's appends (it seals once they have paused) but bo
 backlog of closed turns waiting (by count and by age), and at the bound an append that
 closes a turn seals the longest-waiting session itself (:meth:`Sealer.assist`). The worker
 never holds up an append: on PostgreSQL it skips a session whose row an append holds
-(``SKIP LOCKED``) and tries again :data:`RETRY_AFTER` later; and it waits for the feed's
-barrier to pass a turn before sealing it. A failure is logged and the session tried again
+(``SKIP LOCKED``) and tries again :data:`RETRY_AFTER` later; an append of its store that
+begins while it seals waits one turn at most (a yielding round asks before each turn,
+and commits once the appends are back); and it waits for the feed's barrier to pass a
+turn before sealing it. A failure is logged and the session tried again
 later: sealing is never an append's error.
 """
 
@@ -85,8 +87,10 @@ class SealPolicy:
 
     Sealing a turn costs a fraction of appending it, paid on the same CPUs and database.
     Like a cost-based vacuum delay, the worker yields to the store's appends: it seals
-    once none has committed for ``quiet`` seconds, so a writer going flat out keeps its
-    throughput and the work is done in its pauses. The backlog of closed turns waiting is
+    once none has begun or committed for ``quiet`` seconds, and once one begins it
+    commits at the next turn and waits for the next pause (that append waits for its
+    session's row one turn at most), so a writer going flat out keeps its throughput and
+    the work is done in its pauses. The backlog of closed turns waiting is
     bounded all the same: once half of ``max_backlog`` wait, or one has waited ``max_age``
     seconds, the worker seals without waiting for a pause; and at ``max_backlog`` each
     append that closes a turn (``append``, or a streaming turn's ``send``) also seals the
