@@ -320,6 +320,8 @@ class Sealer:
             stopped = stopped or backlog.closed or backlog.delay(time.monotonic()) > 0
             return stopped
 
+        if yielding and stop():
+            return done, True  # not even a transaction (on SQLite it would take the write lock)
         with st.write() as tx:
             for pk, turns in by_session.items():
                 if yielding and stop():
