@@ -19,6 +19,8 @@ from sqlalchemy import create_engine, text
 
 from conftest import await_until, make_store
 from eventstore import AsyncEventStore, SealPolicy
+from eventstore.engine.async_bridge import run as bridged
+from eventstore.engine.engine import Engine
 from eventstore.errors import InvalidEvent
 from eventstore.samples import chat_session
 
@@ -137,3 +139,51 @@ def test_a_seal_policy_is_checked() -> None:
             SealPolicy(**bad)  # type: ignore[arg-type]
     with pytest.raises(InvalidEvent):
         make_store("sqlite://", seal="yes")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("twin", ["sync", "async"])
+def test_an_append_that_begins_stops_the_workers_transaction_at_the_next_turn(
+    db_url: str, twin: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round the worker began in a pause gives the session's row back one turn after an
+    append of its store begins (the append would wait on that row, and it must not wait
+    for the whole batch): the turns sealed so far are committed, the rest stay rows and
+    the session is handed back for the next pause. Without an append, one round seals them
+    all."""
+    writer = make_store(db_url, seal=False)
+    try:
+        for session in ("quiet", "busy"):
+            for turn in _turns(6, seed=70):  # five closed turns
+                writer.append(session, turn)
+    finally:
+        writer.close()
+    pk = {s: _count(db_url, f"SELECT pk FROM sessions WHERE id = '{s}'") for s in ("quiet", "busy")}
+    # Neither a pause nor an age decides: the rounds are run here, by a store that has
+    # appended nothing yet (as long a pause as can be) until the one that begins below.
+    engine = Engine(db_url, seal=SealPolicy(quiet=NEVER, max_age=NEVER, max_backlog=10**6),
+                    use_asyncio=twin == "async")
+    written: list[int] = []
+    original = engine.storage._write_segments
+
+    def write_segments(tx: Any, session_pk: int, done: Any) -> None:
+        original(tx, session_pk, done)
+        written.append(len(done))
+        if session_pk == pk["busy"] and len(written) == 1:
+            engine.planner.take_head("elsewhere")  # what an append does as it begins
+
+    monkeypatch.setattr(engine.storage, "_write_segments", write_segments)
+
+    def rounds() -> None:
+        try:
+            assert engine.sealer.seal_sessions([pk["quiet"]]) == ({}, set())
+            assert written == [1] * 5 and _sealed_of(db_url, "quiet") == 5
+            written.clear()
+            assert engine.sealer.seal_sessions([pk["busy"]]) == ({}, {pk["busy"]})
+            assert written == [1] and _sealed_of(db_url, "busy") == 1
+        finally:
+            engine.close()
+
+    if twin == "async":
+        asyncio.run(bridged(rounds))
+    else:
+        rounds()

@@ -76,7 +76,8 @@ class AppendPlanner:
         #: this process starts a new turn in it (the sealer's wake-up; ``None``: nobody
         #: listens).
         self.on_new_turn: Callable[[int, int], None] | None = None
-        #: Called after every committed append of this process (the sealer yields to them).
+        #: Called as an append of this process begins (it takes the head it extends, or
+        #: plans its snapshots) and after it commits: the sealer yields to them.
         self.on_append: Callable[[], None] | None = None
         self._turns: OrderedDict[int, int] = OrderedDict()
 
@@ -84,6 +85,8 @@ class AppendPlanner:
         """The row this process left after its last append to ``session`` (removed from the
         cache: only one writer at a time may use it)."""
         with self._lock:
+            if self.on_append is not None:
+                self.on_append()
             return self._heads.pop(session, None)
 
     def plan(
@@ -100,6 +103,8 @@ class AppendPlanner:
         changes, the list of every message included, so folding at each append would cost
         O(session) per event.
         """
+        if self.on_append is not None:
+            self.on_append()
         start = row.head
         boundaries = snapshot_boundaries(start, head, self.every)
         with self._lock:

@@ -18,8 +18,10 @@ the worker yields to the store's appends (it seals once they have paused) but bo
 backlog of closed turns waiting (by count and by age), and at the bound an append that
 closes a turn seals the longest-waiting session itself (:meth:`Sealer.assist`). The worker
 never holds up an append: on PostgreSQL it skips a session whose row an append holds
-(``SKIP LOCKED``) and tries again :data:`RETRY_AFTER` later; and it waits for the feed's
-barrier to pass a turn before sealing it. A failure is logged and the session tried again
+(``SKIP LOCKED``) and tries again :data:`RETRY_AFTER` later; an append of its store that
+begins while it seals waits one turn at most (a yielding round asks before each turn,
+and commits once the appends are back); and it waits for the feed's barrier to pass a
+turn before sealing it. A failure is logged and the session tried again
 later: sealing is never an append's error.
 """
 
@@ -85,8 +87,10 @@ class SealPolicy:
 
     Sealing a turn costs a fraction of appending it, paid on the same CPUs and database.
     Like a cost-based vacuum delay, the worker yields to the store's appends: it seals
-    once none has committed for ``quiet`` seconds, so a writer going flat out keeps its
-    throughput and the work is done in its pauses. The backlog of closed turns waiting is
+    once none has begun or committed for ``quiet`` seconds, and once one begins it
+    commits at the next turn and waits for the next pause (that append waits for its
+    session's row one turn at most), so a writer going flat out keeps its throughput and
+    the work is done in its pauses. The backlog of closed turns waiting is
     bounded all the same: once half of ``max_backlog`` wait, or one has waited ``max_age``
     seconds, the worker seals without waiting for a pause; and at ``max_backlog`` each
     append that closes a turn (``append``, or a streaming turn's ``send``) also seals the
@@ -134,7 +138,8 @@ class _Backlog:
         self.waiting: dict[int, deque[tuple[int, float]]] = {}
         self.total = 0
         self._seq = 0
-        #: When an append of this store last committed (monotonic; written unlocked).
+        #: When an append of this store last began or committed (monotonic; written
+        #: unlocked).
         self.last_append = float("-inf")
 
     def closed_turn(self, session_pk: int, turns: int) -> bool:
@@ -282,31 +287,54 @@ class Sealer:
                 if yielding and i and self._backlog.delay(time.monotonic()) > 0:
                     return total, -1, True
                 batch = todo[i : i + TURNS_PER_TRANSACTION]
-                done = self._seal_batch(batch, wait)
+                done, stopped = self._seal_batch(batch, wait, yielding)
                 total += sum(t.turns for t in done)
                 self._sealed_any = self._sealed_any or bool(done)
+                if stopped:
+                    return total, -1, True
                 failed.update(((t.session_pk, t.turn), t.turns) for t in batch if t not in done)
             if len(listed) < _LISTED:
                 return total, sum(failed.values()), False  # the list was complete
 
-    def _seal_batch(self, batch: Iterable[SealableTurn], wait: bool) -> list[SealableTurn]:
+    def _seal_batch(
+        self, batch: Iterable[SealableTurn], wait: bool, yielding: bool = False
+    ) -> tuple[list[SealableTurn], bool]:
+        """Seal these turns in one transaction (then thin their sessions' snapshots); the
+        turns sealed, and whether it stopped early. ``yielding``: it stops as soon as the
+        store's appends are back (or the store closes), asked before each turn: an append
+        that began meanwhile waits for the session's row one turn at most, not the batch
+        (each turn still hashed, encoded and written in the transaction, several a batch
+        while no append comes)."""
         eng = self._owner
         st = eng.storage
+        backlog = self._backlog
         done: list[SealableTurn] = []
         by_session: dict[int, list[SealableTurn]] = {}
         for t in batch:
             by_session.setdefault(t.session_pk, []).append(t)
         thin: dict[int, int] = {}
+        stopped = False
+
+        def stop() -> bool:
+            nonlocal stopped
+            stopped = stopped or backlog.closed or backlog.delay(time.monotonic()) > 0
+            return stopped
+
+        if yielding and stop():
+            return done, True  # not even a transaction (on SQLite it would take the write lock)
         with st.write() as tx:
             for pk, turns in by_session.items():
+                if yielding and stop():
+                    break
                 row = st.session(tx, pk=pk, lock=True, wait=wait)
                 if row is None:
                     continue
                 hashed_as = eng.event_names(tx, [row])[row.pk]
-                sealed = st.seal_turns(tx, row, turns, hashed_as)
-                if sealed:
+                sealed = st.seal_turns(tx, row, turns, hashed_as, stop if yielding else None)
+                if sealed and not stopped:
                     # From the first version: a round kept what was then the session's newest
                     # snapshot, and one that found the session's row held thinned nothing.
+                    # (A session a stop cut short has turns left: its next round thins it.)
                     thin[pk] = sealed[-1].last
                 done += sealed
         # One transaction per session: each locks only its own blobs' rows, in digest order
@@ -316,7 +344,7 @@ class Sealer:
             with st.write() as tx:
                 if st.session(tx, pk=pk, lock=True, wait=wait) is not None:
                     st.thin_snapshots(tx, pk, first=1, last=last, keep_every=every)
-        return done
+        return done, stopped
 
     # -- the background worker ----------------------------------------------------------
 
@@ -350,7 +378,8 @@ class Sealer:
             self._worker.wake()
 
     def appended(self) -> None:
-        """An append of this store has committed (the worker yields to appends)."""
+        """An append of this store has begun or committed (the worker yields to appends:
+        one that began stops its transaction at the next turn)."""
         self._backlog.last_append = time.monotonic()
 
     def backlog(self) -> int:

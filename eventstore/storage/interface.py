@@ -20,7 +20,7 @@ exactly one context manager does that, in ``sql/transactions.py``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Literal, Protocol, TypeVar, overload
 
@@ -379,7 +379,8 @@ class Storage(Protocol):
         ...
 
     def seal_turns(
-        self, tx: Tx, row: SessionRow, turns: Sequence[SealableTurn], hashed_as: str
+        self, tx: Tx, row: SessionRow, turns: Sequence[SealableTurn], hashed_as: str,
+        stop: Callable[[], bool] | None = None,
     ) -> list[SealableTurn]:
         """Rewrite closed turns of one session into one segment each and delete their rows,
         in ``tx`` (the caller locked the row: :meth:`session` with ``lock``); the turns
@@ -387,7 +388,9 @@ class Storage(Protocol):
 
         A turn is left out (nothing written for it; a later call tries it again) when its
         rows are no longer all there, do not hash to their recorded chain under
-        ``hashed_as``, or (PostgreSQL) are not yet below the feed's barrier.
+        ``hashed_as``, or (PostgreSQL) are not yet below the feed's barrier. With ``stop``
+        the turns are sealed one at a time, oldest first, and ``stop()`` is asked before
+        each: once it answers true, the rest are left out too.
         """
         ...
 

@@ -11,7 +11,9 @@ Sealing (:meth:`Sealing.seal_turns`) reads closed turns' rows under the session'
 lock (one statement for all of them), checks their chain, encodes them and writes each
 turn's segment in place of its rows in the caller's transaction: on SQLite under a
 compaction permit, on PostgreSQL through the owner's ``eventstore_seal`` function, one
-call per turn sent in one pipeline (the dialect's :meth:`Sealing._write_segments`). The
+call per turn sent in one pipeline (the dialect's :meth:`Sealing._write_segments`). A
+caller that must give the lock back soon (the background sealer, once the store's appends
+are back) passes ``stop``: the turns then go one at a time, and it is asked before each. The
 sealed events' ids go into ``sealed_event_ids`` in the same transaction, so that an
 append's duplicate check finds a sealed id with an index probe and decodes only the
 segment holding it, not the session's whole sealed past.
@@ -19,7 +21,7 @@ segment holding it, not the session's whole sealed past.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import bindparam, delete, func, insert, select
@@ -409,50 +411,60 @@ class Sealing:
         return None
 
     def seal_turns(
-        self, tx: Tx, row: SessionRow, turns: Sequence[SealableTurn], hashed_as: str
+        self, tx: Tx, row: SessionRow, turns: Sequence[SealableTurn], hashed_as: str,
+        stop: Callable[[], bool] | None = None,
     ) -> list[SealableTurn]:
         coder = self.segment_coder
         if coder is None:
             raise StorageError("this storage was given no segment codec")
-        if not turns:
-            return []
-        # One read of every row the turns span, one look at the barrier, and each turn's
-        # chain checked from the hash its predecessor in this call ended on: what sealing
-        # one turn at a time read, looked up and hashed once per turn.
-        lo, hi = min(t.first for t in turns), max(t.last for t in turns)
-        found = self._fetchall(tx, self._q_seal_rows, {"pk": row.pk, "first": lo, "last": hi})
-        by_version = {
-            int(r[1]): SealedEvent(
-                EventRow(
-                    r[0], r[1], r[2], r[3], r[4], bytes(r[5]), r[6], r[7],
-                    None if r[8] is None else bytes(r[8]), bytes(r[9]),
-                    None if r[10] is None else bytes(r[10]),
-                ),
-                int(r[11]),
-            )
-            for r in found
-        }
-        barrier = self._seal_barrier(tx)
+        ordered = sorted(turns, key=lambda t: t.first)
+        # Without ``stop``: one read of every row the turns span, one look at the barrier,
+        # one write (PostgreSQL: one pipeline), each turn's chain checked from the hash its
+        # predecessor ended on. With it: the same one turn at a time, asked before each
+        # whether to stop, so that the caller's lock is held one turn past its asking.
+        step = len(ordered) if stop is None else 1
         verified: dict[int, bytes] = {}  # version -> its recomputed (and recorded) hash
-        done: list[tuple[SealableTurn, bytes, bytes, list[SealedEvent]]] = []
-        for turn in sorted(turns, key=lambda t: t.first):
-            sealed = [by_version.get(v) for v in range(turn.first, turn.last + 1)]
-            if any(s is None for s in sealed):
-                continue  # sealed, compacted or erased since it was listed
-            events_ = [s for s in sealed if s is not None]
-            rows = [s.row for s in events_]
-            if any(not turn.turn <= r.turn <= turn.last_turn for r in rows) or turn.last_turn >= row.head_turn:
-                continue
-            if barrier is not None and max(s.xact for s in events_) >= barrier:
-                continue
-            prev = verified.get(turn.first - 1) or self._hash_before(tx, row, turn.first - 1)
-            if prev is None or coder.chain_end(prev, hashed_as, rows) != rows[-1].hash:
-                continue  # a chain that does not verify stays rows, for verify to report
-            verified[turn.last] = rows[-1].hash
-            done.append((turn, prev, coder.encode(events_, hashed_as), events_))
-        if done:
-            self._write_segments(tx, row.pk, done)
-        return [d[0] for d in done]
+        barrier: int | None = None
+        out: list[SealableTurn] = []
+        for i in range(0, len(ordered), step or 1):
+            if stop is not None and stop():
+                break
+            part = ordered[i : i + step]
+            lo, hi = part[0].first, part[-1].last
+            found = self._fetchall(tx, self._q_seal_rows, {"pk": row.pk, "first": lo, "last": hi})
+            by_version = {
+                int(r[1]): SealedEvent(
+                    EventRow(
+                        r[0], r[1], r[2], r[3], r[4], bytes(r[5]), r[6], r[7],
+                        None if r[8] is None else bytes(r[8]), bytes(r[9]),
+                        None if r[10] is None else bytes(r[10]),
+                    ),
+                    int(r[11]),
+                )
+                for r in found
+            }
+            if i == 0:
+                barrier = self._seal_barrier(tx)
+            done: list[tuple[SealableTurn, bytes, bytes, list[SealedEvent]]] = []
+            for turn in part:
+                sealed = [by_version.get(v) for v in range(turn.first, turn.last + 1)]
+                if any(s is None for s in sealed):
+                    continue  # sealed, compacted or erased since it was listed
+                events_ = [s for s in sealed if s is not None]
+                rows = [s.row for s in events_]
+                if any(not turn.turn <= r.turn <= turn.last_turn for r in rows) or turn.last_turn >= row.head_turn:
+                    continue
+                if barrier is not None and max(s.xact for s in events_) >= barrier:
+                    continue
+                prev = verified.get(turn.first - 1) or self._hash_before(tx, row, turn.first - 1)
+                if prev is None or coder.chain_end(prev, hashed_as, rows) != rows[-1].hash:
+                    continue  # a chain that does not verify stays rows, for verify to report
+                verified[turn.last] = rows[-1].hash
+                done.append((turn, prev, coder.encode(events_, hashed_as), events_))
+            if done:
+                self._write_segments(tx, row.pk, done)
+            out += [d[0] for d in done]
+        return out
 
     def _write_segments(
         self, tx: Tx, pk: int, done: Sequence[tuple[SealableTurn, bytes, bytes, list[SealedEvent]]]
