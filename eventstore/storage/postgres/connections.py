@@ -37,12 +37,12 @@ def on_checkin(_dbapi_conn: Any, record: Any) -> None:
         record.info[_CHECKED_IN] = time.monotonic()
 
 
-def on_reset(dbapi_conn: Any, _record: Any, state: Any) -> None:
+def on_reset(dbapi_conn: Any, record: Any, state: Any) -> None:
     """The pool's reset on return (its own, ``reset_on_return``, is off): roll back only a
     connection not idle. psycopg sends nothing for an idle one either, but the async
     driver's rollback still goes through the event loop, on every return."""
     if state.asyncio_safe and not state.transaction_was_reset:
-        if dbapi_conn.info.transaction_status != _IDLE:
+        if record is None or record.driver_connection.pgconn.transaction_status != _IDLE:
             dbapi_conn.rollback()
 
 
@@ -203,7 +203,8 @@ class Connections(SqlStorage):
         it: after a failed or cancelled statement (it may be dead, or hold a result not
         read; returned, it would be rolled back first, which fails on a dead socket with an
         ERROR log and a traceback), and once the store is closed (nothing outlives close())."""
-        idle = not (pg.closed or pg.broken) and pg.info.transaction_status == _IDLE
+        # pgconn's status, not info's: the same value without two objects built per call.
+        idle = not (pg.closed or pg.broken) and pg.pgconn.transaction_status == _IDLE
         if not (keep and idle) or self._closed:
             fairy.invalidate()
         fairy.close()
