@@ -125,8 +125,8 @@ class AsyncEventStore(StoreBase):
     turns in the background as the sync store does, in a task of the event loop the store
     runs on (started by the first append that closes a turn; :meth:`close` stops it).
 
-    On PostgreSQL the one-statement appends and loads run on up to ``pool_size``
-    connections of their own, kept in autocommit, besides the pool the transactions use.
+    On PostgreSQL the one-statement appends and loads run in autocommit on connections of
+    the same pool as the transactions (at most ``pool_size + max_overflow`` in all).
     The store opens no connection until first used. Use it with ``async with``, or
     ``await close()``, to release its connections.
 

@@ -1,7 +1,7 @@
 """Storage on PostgreSQL via psycopg 3, one module per concern (the only package that imports psycopg).
 
 Row locks per session, upserts, plpgsql immutability triggers; appends and loads in one
-round trip each on hot autocommit connections.
+round trip each, in autocommit on a connection of the engine's pool.
 """
 
 from eventstore.storage.postgres.partitions import MAX_PARTITIONS, PARTITION_SETTING

@@ -1,4 +1,4 @@
-"""PostgreSQL's appends: one statement, one round trip, in autocommit on a hot connection."""
+"""PostgreSQL's appends: one statement, one round trip, in autocommit on a pooled connection."""
 
 from __future__ import annotations
 

@@ -1,12 +1,11 @@
-"""The hot autocommit connections PostgreSQL's one-statement appends and loads run on, and pool checkouts."""
+"""How PostgreSQL's storage takes connections from its one pool (SQLAlchemy's): the
+liveness rule of every checkout, and the one-statement appends and loads run in autocommit
+on a pooled connection."""
 
 from __future__ import annotations
 
-import asyncio
 import select as _select
-import threading
 import time
-from collections import deque
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -19,7 +18,7 @@ from eventstore.errors import StorageError
 from eventstore.storage.postgres.driver_errors import classify
 from eventstore.storage.sql import Compiled, ErrorKind, SqlStorage
 
-__all__ = ["Connections", "HotConnections", "SyncHotConnections", "on_checkin"]
+__all__ = ["Connections", "on_checkin", "on_reset"]
 
 
 _CHECKED_IN = "eventstore_checked_in"
@@ -31,6 +30,15 @@ def on_checkin(_dbapi_conn: Any, record: Any) -> None:
         record.info[_CHECKED_IN] = time.monotonic()
 
 
+def on_reset(dbapi_conn: Any, record: Any, state: Any) -> None:
+    """The pool's reset on return (its own, ``reset_on_return``, is off): roll back only a
+    connection not idle. psycopg sends nothing for an idle one either, but the async
+    driver's rollback still goes through the event loop, on every return."""
+    if state.asyncio_safe and not state.transaction_was_reset:
+        if record is None or record.driver_connection.pgconn.transaction_status != _IDLE:
+            dbapi_conn.rollback()
+
+
 def _readable(dbapi_conn: Any) -> bool:
     """Whether an idle connection's socket has input (EOF or an unsolicited message)."""
     try:
@@ -38,235 +46,6 @@ def _readable(dbapi_conn: Any) -> bool:
     except (OSError, ValueError, psycopg.Error):
         return True
     return bool(r)
-
-
-def _suspect(conn: Any, since: float, suspect_before: float, ping_after: float, ping: bool) -> bool:
-    """Whether an idle hot connection, checked in at ``since`` (monotonic), must be pinged
-    before use: asked to, checked in before a connection failed (``suspect_before``: the
-    server may have dropped them all), idle longer than ``ping_after``, or its socket has
-    input (EOF or a FATAL message) — the sync pool's checkout rule (see ``_on_checkout``)."""
-    return ping or since <= suspect_before or time.monotonic() - since > ping_after or _readable(conn)
-
-
-class SyncHotConnections:
-    """The sync engine's autocommit connections for its one-statement appends and loads.
-
-    The same as :class:`HotConnections` for threads: a statement on one costs its round
-    trip and nothing else — no SQLAlchemy checkout and checkin events, no autocommit
-    switched on and off, no reset on return (together about a quarter of a one-event
-    append's client CPU). Any thread may take one; at most ``size`` are open, and a caller
-    finding none idle then gets ``None`` and takes the pooled path instead of waiting.
-    """
-
-    def __init__(self, connect: Any, size: int, ping_after: float) -> None:
-        self._connect = connect
-        self._size = size
-        self._ping_after = ping_after
-        self._lock = threading.Lock()
-        self._idle: list[tuple[Any, float]] = []
-        self._open = 0
-        self._closed = False
-
-    def get(self, *, suspect_before: float, ping: bool) -> Any:
-        """A live connection, or ``None`` when ``size`` are in use (see
-        :meth:`HotConnections.get` for the arguments).
-
-        Raises:
-            StorageError: the store was closed.
-        """
-        while True:
-            with self._lock:
-                if self._closed:
-                    raise StorageError("the store is closed", retryable=False)
-                if not self._idle:
-                    if self._open >= self._size:
-                        return None
-                    self._open += 1
-                    conn = None
-                else:
-                    conn, since = self._idle.pop()
-            if conn is None:
-                try:
-                    return self._connect()
-                except BaseException:
-                    with self._lock:
-                        self._open -= 1
-                    raise
-            if conn.closed or conn.broken:
-                self._discard(conn)
-                continue
-            if _suspect(conn, since, suspect_before, self._ping_after, ping):
-                try:
-                    conn.execute("")
-                except psycopg.Error:
-                    self._discard(conn)
-                    continue
-            return conn
-
-    def put(self, conn: Any, ok: bool) -> None:
-        """Return a connection; ``ok=False`` (a failed statement) drops it."""
-        with self._lock:
-            if (
-                ok
-                and not self._closed
-                and not (conn.closed or conn.broken)
-                and conn.info.transaction_status == _IDLE
-            ):
-                self._idle.append((conn, time.monotonic()))
-                return
-        self._discard(conn)
-
-    def _discard(self, conn: Any) -> None:
-        with self._lock:
-            self._open -= 1
-        try:
-            conn.close()
-        except psycopg.Error:
-            pass
-
-    def close(self) -> None:
-        """Close every idle connection (the rest close as they come back) and refuse
-        further use."""
-        with self._lock:
-            self._closed = True
-            idle, self._idle = self._idle, []
-        for conn, _ in idle:
-            self._discard(conn)
-
-
-class HotConnections:
-    """The async engine's autocommit connections for its one-statement appends and loads.
-
-    Used from engine code running in a greenlet (see :mod:`eventstore.engine.async_bridge`), on one event
-    loop. The connections stay in autocommit, so a statement costs one awaited round trip
-    and nothing else: no pool events, no autocommit switching, no reset on return (what
-    the SQLAlchemy pool would add, about as much client CPU as psycopg's own work). At most
-    ``size`` are open; a caller beyond that waits, and callers waiting are served in turn:
-    a connection given back (or the room to open one) goes to the one that has waited
-    longest, never to a task asking after it (as the async engines' pool does, see
-    :mod:`eventstore.storage.sql.fair_pool`). A connection that sat idle longer than
-    ``ping_after`` seconds, or whose socket has something to read, is pinged first and
-    replaced when dead, as the sync pool's checkout does.
-    """
-
-    def __init__(self, connect: Any, size: int, ping_after: float) -> None:
-        self._connect = connect
-        self._size = size
-        self._ping_after = ping_after
-        self._idle: list[tuple[Any, float]] = []
-        self._open = 0
-        # Each gets an idle connection and when it was given back, or None: room to
-        # open one, already counted in `_open`.
-        self._waiters: deque[asyncio.Future[tuple[Any, float] | None]] = deque()
-        self._closed = False
-
-    def get(self, *, suspect_before: float, ping: bool) -> Any:
-        """A live connection (awaits on the loop when one must be opened or waited for).
-
-        Args:
-            suspect_before: connections checked in before this (monotonic) instant are
-                pinged (a connection failed since: the server may have dropped them all).
-            ping: ping whatever connection is handed out.
-
-        Raises:
-            StorageError: the store was closed.
-        """
-        while True:
-            if self._closed:
-                raise StorageError("the store is closed", retryable=False)
-            if self._idle:
-                conn, since = self._idle.pop()
-            elif self._open < self._size:
-                self._open += 1
-                return self._open_counted()
-            else:
-                handed = self._wait()
-                if handed is None:
-                    if self._closed:
-                        raise StorageError("the store is closed", retryable=False)
-                    return self._open_counted()
-                conn, since = handed
-            if conn.closed or conn.broken:
-                self._open -= 1
-                continue
-            if _suspect(conn, since, suspect_before, self._ping_after, ping):
-                try:
-                    await_(conn.execute(""))
-                except psycopg.Error:
-                    self._discard(conn)
-                    continue
-            return conn
-
-    def put(self, conn: Any, ok: bool) -> None:
-        """Return a connection; ``ok=False`` (a failed or cancelled statement) drops it."""
-        if (
-            ok
-            and not self._closed
-            and not (conn.closed or conn.broken)
-            and conn.info.transaction_status == _IDLE
-        ):
-            self._give((conn, time.monotonic()))
-        else:
-            self._discard(conn)
-
-    def _open_counted(self) -> Any:
-        """A new connection, already counted in ``_open``."""
-        try:
-            return await_(self._connect())
-        except BaseException:
-            self._open -= 1
-            self._give(None)
-            raise
-
-    def _wait(self) -> tuple[Any, float] | None:
-        """What :meth:`_give` hands this caller, once every earlier caller was served."""
-        waiter: asyncio.Future[tuple[Any, float] | None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        try:
-            return await_(waiter)
-        except BaseException:
-            if waiter in self._waiters:
-                self._waiters.remove(waiter)
-            elif waiter.done() and not waiter.cancelled():
-                # Handed something, then cancelled before taking it: the next one's.
-                handed = waiter.result()
-                if handed is None:
-                    self._open -= 1
-                self._give(handed)
-            raise
-
-    def _give(self, item: tuple[Any, float] | None) -> None:
-        """Hand an idle connection, or ``None`` (room to open one), to the caller that has
-        waited longest; with nobody waiting, the connection is kept idle."""
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                if item is None:
-                    self._open += 1
-                waiter.set_result(item)
-                return
-        if item is not None:
-            self._idle.append(item)
-
-    def _discard(self, conn: Any) -> None:
-        self._open -= 1
-        self._give(None)  # before the close awaits: nobody asking later takes the room
-        try:
-            await_(conn.close())
-        except psycopg.Error:
-            pass
-
-    def close(self) -> None:
-        """Close every idle connection (the rest close as they come back) and refuse
-        further use; waiting callers get :class:`StorageError`."""
-        self._closed = True
-        idle, self._idle = self._idle, []
-        for conn, _ in idle:
-            self._discard(conn)
-        for waiter in self._waiters:
-            if not waiter.done():
-                waiter.set_result(None)
-        self._waiters.clear()
 
 
 class _AwaitedCursor:
@@ -317,26 +96,36 @@ class _AwaitedCursor:
 
 
 class Connections(SqlStorage):
-    """PostgreSQL's connections: the hot ones in autocommit for one-statement calls, and
-    the liveness rule of the pool's checkouts (set up by ``PostgresStorage.__init__``)."""
+    """PostgreSQL's connections, all from the engine's pool: the liveness rule of its
+    checkouts, and one-statement calls in autocommit (set up by ``PostgresStorage.__init__``)."""
 
-    _hot_pool: HotConnections | SyncHotConnections
     _asyncio: bool
     _prepare_load: bool
     _q_shapes: dict[Any, Compiled]
     _ping_after: float
     _suspect_before: float
-    _hot: threading.local
+    _closed: bool
 
     def _on_checkout(self, dbapi_conn: Any, record: Any, _proxy: Any) -> None:
-        """Liveness check at checkout, without a round trip on the append hot path.
+        """A transaction's checkout: ping the connection (a dead one raises
+        ``DisconnectionError``: the pool discards it and checks out a fresh one), and take
+        it out of the autocommit a one-statement call left it in (no round trip)."""
+        since = record.info.get(_CHECKED_IN)
+        if since is not None:  # else just connected
+            self._check_alive(dbapi_conn, record, since, hot=False)
+        if dbapi_conn.autocommit:
+            dbapi_conn.autocommit = False
 
-        Every checkout is pre-pinged (one round trip), except the append fast path's: its
-        connection is pinged only when it is suspect — idle in the pool longer than
-        ``ping_after_idle_s`` (HikariCP's alive-bypass window), its socket has something to
-        read (the server closed it or sent a FATAL message while it sat idle: terminated
-        backend, restart, crash), or a connection failed since it was checked in. A dead
-        one raises ``DisconnectionError``: the pool discards it and checks out a fresh one.
+    def _check_alive(self, dbapi_conn: Any, record: Any, since: float, *, hot: bool) -> None:
+        """Liveness check of a connection checked in at ``since``; ``DisconnectionError``
+        when it is dead.
+
+        Every checkout is pinged (one round trip), except a hot one-statement call's
+        (:meth:`_autocommit`): its connection is pinged only when it is suspect — idle in
+        the pool longer than ``ping_after_idle_s`` (HikariCP's alive-bypass window), its
+        socket has something to read (the server closed it or sent a FATAL message while it
+        sat idle: terminated backend, restart, crash), or a connection failed since it was
+        checked in.
 
         Why not skip the ping for reads too: a backend killed a moment before the checkout
         may not have closed its socket yet, and then the first statement fails. A read would
@@ -344,13 +133,10 @@ class Connections(SqlStorage):
         fail that way mid-flight anyway (retryable ``StorageError``), so its hot loop takes
         the bypass and every other call keeps the silent replacement.
         """
-        since = record.info.get(_CHECKED_IN)
-        if since is None:
-            return  # just connected
         if dbapi_conn.closed or dbapi_conn.broken:
             raise DisconnectionError("the pooled connection is closed")
         if (
-            getattr(self._hot, "active", False)
+            hot
             and time.monotonic() - since <= self._ping_after
             and since > self._suspect_before
             and not _readable(record.driver_connection)
@@ -361,44 +147,77 @@ class Connections(SqlStorage):
         except Exception as exc:  # noqa: BLE001 - any failure: replace the connection
             raise DisconnectionError(f"the pooled connection is dead: {exc}") from exc
 
+    def _take(self, *, hot: bool) -> Any:
+        """A pool entry whose connection is alive and in autocommit, for one statement.
+
+        Taken from the engine's pool below its checkout: the entry itself, without the
+        proxy, weak reference and events a checkout adds and its return undoes (on a
+        loaded machine about 15 µs of client CPU a statement, against 5 for the entry
+        alone). The pool's own ``_do_get`` is the hook its subclasses implement: it waits
+        (the async engine's pool serves waiting tasks in turn) and opens a new connection
+        within ``pool_size + max_overflow``; ``get_connection`` reopens an invalidated one.
+        """
+        entry = self.engine.pool._do_get()
+        try:
+            dbapi_conn = entry.get_connection()
+            since = entry.info.get(_CHECKED_IN)
+            if since is not None:  # else just connected
+                try:
+                    self._check_alive(dbapi_conn, entry, since, hot=hot)
+                except DisconnectionError as exc:
+                    entry.invalidate(exc)
+                    dbapi_conn = entry.get_connection()  # a fresh one
+            if not dbapi_conn.autocommit:
+                dbapi_conn.autocommit = True
+        except BaseException as exc:
+            entry._checkin_failed(exc, _fairy_was_created=False)
+            raise
+        return entry
+
     @contextmanager
     def _autocommit(self, *, hot: bool) -> Iterator[Any]:
-        """A psycopg cursor in autocommit, for one statement (its ``row_factory`` settable:
-        ``namedtuple_row`` names the rows by the result's columns).
+        """A psycopg cursor in autocommit on a pooled connection, for one statement (its
+        ``row_factory`` settable: ``namedtuple_row`` names the rows by the result's columns).
 
         A single statement is atomic and sees one snapshot of the database: autocommit
-        spares the BEGIN and COMMIT round trips. It runs on a hot connection (see
-        :class:`SyncHotConnections`), or, when every one is in use, on a pooled one with no
-        SQLAlchemy Connection built around it. ``hot``: take the connection without the
-        pre-ping (see :meth:`_on_checkout`).
+        spares the BEGIN and COMMIT round trips; switching it costs no round trip, and a
+        connection stays in it until a transaction checks it out. ``hot``: take the
+        connection without the ping unless it is suspect (see :meth:`_check_alive`).
+
+        Raises:
+            StorageError: the store was closed.
         """
-        conn = self._hot_pool.get(suspect_before=self._suspect_before, ping=not hot)
-        if conn is not None:
-            with self._hot_cursor(conn) as cur:
+        if self._closed:
+            raise StorageError("the store is closed", retryable=False)
+        entry = self._take(hot=hot)
+        pg: Any = entry.driver_connection
+        keep = False
+        try:
+            if self._closed:  # while this call waited for its connection
+                raise StorageError("the store is closed", retryable=False)
+            # A psycopg cursor (binary=, %b, prepare=), awaited on the loop by the async engine.
+            with _AwaitedCursor(pg.cursor()) if self._asyncio else pg.cursor() as cur:
                 yield cur
-            return
-        # Only the sync pool hands out none (more threads than pool_size): a pooled one.
-        self._hot.active = hot
-        try:
-            fairy = self.engine.raw_connection()
-        finally:
-            self._hot.active = False
-        try:
-            pg: Any = fairy.driver_connection
-            pg.autocommit = True
-            try:
-                with pg.cursor() as cur:  # a psycopg cursor: binary=, %b, prepare=
-                    yield cur
-            finally:
-                if not (pg.closed or pg.broken):  # a broken one is replaced at checkout
-                    pg.autocommit = False
+            keep = True
         except psycopg.OperationalError:
-            # Drop the connection here: returned to the pool, it would be rolled back
-            # first, and that fails on a dead socket with an ERROR log and a traceback.
-            fairy.invalidate()
+            self._suspect_before = time.monotonic()
+            raise
+        except psycopg.Error:
+            keep = True  # a constraint or data error: the connection itself is fine
             raise
         finally:
-            fairy.close()
+            self._give_back(entry, pg, keep)
+
+    def _give_back(self, entry: Any, pg: Any, keep: bool) -> None:
+        """Return a one-statement call's pool entry (its connection still in autocommit), or
+        close its connection first: after a failed or cancelled statement (it may be dead,
+        or hold a result not read), and once the store is closed (nothing outlives
+        close()). The pool's checkin event notes when (see :func:`on_checkin`)."""
+        # pgconn's status, not info's: the same value without two objects built per call.
+        idle = not (pg.closed or pg.broken) and pg.pgconn.transaction_status == _IDLE
+        if not (keep and idle) or self._closed:
+            entry.invalidate()
+        entry.checkin(_fairy_was_created=False)
 
     def fetch_all(self, key: Any, stmt: Any, params: Mapping[str, Any]) -> list[Any]:
         # One statement in autocommit: no BEGIN/COMMIT round trips (a catalogue page).
@@ -420,25 +239,9 @@ class Connections(SqlStorage):
             r = cur.fetchone()
         return None if r is None else q.row._make(r)
 
-    @contextmanager
-    def _hot_cursor(self, conn: Any) -> Iterator[Any]:
-        pool = self._hot_pool
-        ok = False
-        try:
-            with _AwaitedCursor(conn.cursor()) if self._asyncio else conn.cursor() as cur:
-                yield cur
-            ok = True
-        except psycopg.OperationalError:
-            self._suspect_before = time.monotonic()
-            raise
-        except psycopg.Error:
-            ok = True  # a constraint or data error: the connection itself is fine
-            raise
-        finally:
-            pool.put(conn, ok)
-
     def close(self) -> None:
-        self._hot_pool.close()
+        # One-statement calls still running drop their connections as they end.
+        self._closed = True
         super().close()
 
     def _classify(self, orig: BaseException | None, invalidated: bool) -> ErrorKind:

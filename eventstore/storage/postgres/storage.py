@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
-from functools import partial
 from typing import Any
 
 import psycopg
@@ -18,7 +16,7 @@ from eventstore.core.rows import Band, FeedBarrier, SealableTurn, SealedEvent
 from eventstore.errors import StorageError
 from eventstore.storage.interface import Tx
 from eventstore.storage.postgres.appends import HotAppends
-from eventstore.storage.postgres.connections import HotConnections, SyncHotConnections, on_checkin
+from eventstore.storage.postgres.connections import on_checkin, on_reset
 from eventstore.storage.postgres.loads import HotLoads
 from eventstore.storage.postgres.notifier import AsyncListenProbe, ListenProbe, NotifySignal
 from eventstore.storage.postgres.partitions import migration_options, partition_count
@@ -79,30 +77,19 @@ class PostgresStorage(HotAppends, HotLoads):
             "pool_timeout": pool_timeout,
             "connect_args": connect_args,
             "echo": echo,
+            # Done by on_reset instead: only what is not idle is rolled back.
+            "pool_reset_on_return": None,
         }
         # With use_asyncio the engine is the sync face of an asyncio engine over psycopg's
         # AsyncConnection: it is used inside a greenlet (see eventstore.async_store), and
         # every round trip awaits on the event loop. Its pool hands connections to waiting
         # tasks in turn (eventstore.storage.sql.fair_pool): no task times out behind others.
-        self._hot_pool: HotConnections | SyncHotConnections
+        # That pool is the store's only one: transactions and the one-statement appends and
+        # loads (Connections._autocommit) all take their connections from it.
         if use_asyncio:
             engine = create_async_engine(u, poolclass=FairAsyncQueuePool, **options).sync_engine
         else:
             engine = create_engine(u, **options)
-        cargs, cparams = engine.dialect.create_connect_args(engine.url)
-        hot_params = {**cparams, **connect_args, "autocommit": True}
-        if use_asyncio:
-            self._hot_pool = HotConnections(
-                partial(psycopg.AsyncConnection.connect, *cargs, **hot_params),
-                pool_size,
-                float(ping_after_idle_s),
-            )
-        else:
-            self._hot_pool = SyncHotConnections(
-                partial(psycopg.Connection.connect, *cargs, **hot_params),
-                pool_size,
-                float(ping_after_idle_s),
-            )
         self._asyncio = use_asyncio
         # PgBouncer in transaction mode: no prepared statement at all, not even the load's.
         self._prepare_load = prepare_threshold is not None
@@ -112,9 +99,9 @@ class PostgresStorage(HotAppends, HotLoads):
         # Pooled connections checked in before this (monotonic) instant are suspect: a
         # connection failed since, so the server may have dropped them all.
         self._suspect_before = 0.0
-        # Set (per thread) while the append fast path checks out its connection.
-        self._hot = threading.local()
+        self._closed = False
         event.listen(engine, "checkin", on_checkin)
+        event.listen(engine, "reset", on_reset)
         event.listen(engine, "checkout", self._on_checkout)
         super().__init__(engine, url)
         self._q_feed_barrier = Compiled(feed_barrier_stmt(), engine.dialect)
