@@ -4,62 +4,104 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import psycopg
 import psycopg.errors
+from psycopg.rows import namedtuple_row
+from sqlalchemy import BigInteger, Text, case, cast, column, func, literal, or_, select, table, values
+from sqlalchemy.dialects.postgresql import OID, REGCLASS
 
+from eventstore.storage.postgres.statements import literal_sql, set_config
 from eventstore.storage.schema import BRIN_PAGES_PER_RANGE
+from eventstore.storage.sql.statements import inline
 
 _log = logging.getLogger(__name__)
 
-__all__ = ["SUMMARIZE_EVERY", "SUMMARIZE_RANGES", "FeedIndexSummarizer"]
+__all__ = ["SUMMARIZE_EVERY", "SUMMARIZE_RANGES", "FeedIndexSummarizer", "summarize_stmt"]
 
 #: The feed's BRIN index is summarized by the writers' notifier at most this often (s).
 SUMMARIZE_EVERY = 1.0
 #: Ranges summarized by one statement at most (a restarted store starts from the first).
 SUMMARIZE_RANGES = 4096
 
-# Summarizes the complete ranges of every BRIN index on the events table (or on its
-# partitions) from where this store got to, leaving the newest range (and one more:
-# concurrent writers fill their own pages) to inserts. Its lock conflicts with VACUUM's
-# and with itself: one store at a time summarizes (the others skip at once, returning no
-# rows), and rather than wait for a VACUUM it gives up and tries again later. {done}:
-# (index, start) rows; it returns each index's next start.
-_SUMMARIZE = f"""
-SET LOCAL lock_timeout = '50ms';
-WITH done(idx, start) AS (VALUES (0::oid, 0::bigint){{done}}),
-mine AS (
-    SELECT pg_try_advisory_xact_lock(
-        hashtextextended('eventstore summarize ' || 'events'::regclass::oid::text, 0)) AS ok
-),
-ix AS (
-    SELECT i.indexrelid AS idx,
-           pg_relation_size(i.indrelid) / current_setting('block_size')::bigint AS pages
-    FROM pg_index i
-    JOIN pg_class c ON c.oid = i.indexrelid
-    JOIN pg_am a ON a.oid = c.relam
-    WHERE (SELECT ok FROM mine) AND a.amname = 'brin' AND (
-        i.indrelid = 'events'::regclass
-        OR i.indrelid IN (SELECT relid FROM pg_partition_tree('events') WHERE isleaf))
-),
-todo AS (
-    SELECT ix.idx,
-           CASE WHEN coalesce(d.start, 0) > ix.pages THEN 0 ELSE coalesce(d.start, 0) END AS start,
-           ix.pages - 2 * {BRIN_PAGES_PER_RANGE} AS last
-    FROM ix LEFT JOIN done d ON d.idx = ix.idx
-),
-span AS (
-    SELECT idx, start, least(last, start + {BRIN_PAGES_PER_RANGE * (SUMMARIZE_RANGES - 1)}) AS stop
-    FROM todo
-)
-SELECT idx::bigint,
-       CASE WHEN stop < start THEN start
-            ELSE start + ((stop - start) / {BRIN_PAGES_PER_RANGE} + 1) * {BRIN_PAGES_PER_RANGE} END,
-       (SELECT count(*) FROM generate_series(start, stop, {BRIN_PAGES_PER_RANGE}) b
-        WHERE brin_summarize_range(idx::regclass, b) > 0)
-FROM span
-"""
+_R = BRIN_PAGES_PER_RANGE
+_pg_index = table("pg_index", column("indexrelid", OID), column("indrelid", OID))
+_pg_class = table("pg_class", column("oid", OID), column("relam", OID))
+_pg_am = table("pg_am", column("oid", OID), column("amname", Text))
+
+
+def summarize_stmt(done: Mapping[int, int]) -> Any:
+    """Summarize the complete ranges of every BRIN index on the events table (or on its
+    partitions) from where this store got to (``done``: index -> next start), leaving the
+    newest range (and one more: concurrent writers fill their own pages) to inserts; one
+    row an index: its next start and how many ranges were summarized.
+
+    One store at a time summarizes (an advisory lock: the others skip at once, returning
+    no rows). The values are inlined (see :data:`SUMMARIZE_SETTINGS`)."""
+    events_oid = cast(cast(inline("events", Text), REGCLASS), OID)
+    d = (
+        values(column("idx", BigInteger), column("start", BigInteger), name="done")
+        .data([(0, 0), *done.items()])
+        .cte("done")
+    )
+    key = func.hashtextextended(literal("eventstore summarize ") + cast(events_oid, Text), 0)
+    mine = select(func.pg_try_advisory_xact_lock(key).label("ok")).cte("mine")
+    leaves = func.pg_partition_tree(inline("events", Text)).table_valued("relid", "isleaf")
+    i, c, a = _pg_index.alias("i"), _pg_class.alias("c"), _pg_am.alias("a")
+    ix = (
+        select(
+            i.c.indexrelid.label("idx"),
+            (
+                func.pg_relation_size(i.c.indrelid, type_=BigInteger)
+                // cast(func.current_setting("block_size"), BigInteger)
+            ).label("pages"),
+        )
+        .select_from(i.join(c, c.c.oid == i.c.indexrelid).join(a, a.c.oid == c.c.relam))
+        .where(
+            select(mine.c.ok).scalar_subquery(),
+            a.c.amname == "brin",
+            or_(
+                i.c.indrelid == events_oid,
+                i.c.indrelid.in_(select(leaves.c.relid).where(leaves.c.isleaf)),
+            ),
+        )
+        .cte("ix")
+    )
+    start = func.coalesce(d.c.start, 0)
+    todo = (
+        select(
+            ix.c.idx,
+            case((start > ix.c.pages, 0), else_=start).label("start"),
+            (ix.c.pages - 2 * _R).label("last"),
+        )
+        .select_from(ix.outerjoin(d, cast(d.c.idx, OID) == ix.c.idx))
+        .cte("todo")
+    )
+    span = select(
+        todo.c.idx,
+        todo.c.start,
+        func.least(todo.c.last, todo.c.start + _R * (SUMMARIZE_RANGES - 1), type_=BigInteger).label("stop"),
+    ).cte("span")
+    b = func.generate_series(span.c.start, span.c.stop, _R).column_valued("b")
+    summarized = (
+        select(func.count())
+        .where(func.brin_summarize_range(cast(span.c.idx, REGCLASS), b) > 0)
+        .scalar_subquery()
+    )
+    ranges = (span.c.stop - span.c.start) // _R + 1
+    return select(
+        cast(span.c.idx, BigInteger).label("idx"),
+        case((span.c.stop < span.c.start, span.c.start), else_=span.c.start + ranges * _R).label("next"),
+        summarized.label("summarized"),
+    )
+
+
+#: Its lock conflicts with VACUUM's and with itself: rather than wait for a VACUUM it gives
+#: up and tries again later. Sent as one query string (its values inlined), so that the
+#: setting holds for the statement in the implicit transaction the server runs it in.
+SUMMARIZE_SETTINGS = set_config("lock_timeout", "50ms", local=True)
 
 
 class FeedIndexSummarizer:
@@ -87,11 +129,11 @@ class FeedIndexSummarizer:
         if self._cannot_summarize or (now < self._summarize_at and not final):
             return
         self._summarize_at = now + SUMMARIZE_EVERY
-        done = "".join(f", ({int(i)}::oid, {int(b)}::bigint)" for i, b in self._summarized.items())
+        sql = f"{SUMMARIZE_SETTINGS}; {literal_sql(summarize_stmt(self._summarized))}"
         try:
-            cur = conn.execute(_SUMMARIZE.format(done=done))
-            while cur.description is None and cur.nextset():
-                pass
+            cur = conn.cursor(row_factory=namedtuple_row)
+            cur.execute(sql)
+            cur.nextset()  # past the setting's row
             rows = cur.fetchall()
         except psycopg.errors.LockNotAvailable:
             return  # VACUUM holds the table: next time
@@ -102,8 +144,8 @@ class FeedIndexSummarizer:
             self._cannot_summarize = True
             return
         if rows:  # none: another store is summarizing
-            self._summarized = {int(i): int(start) for i, start, _ in rows}
-            self.summarized += sum(int(n) for _, _, n in rows)
+            self._summarized = {int(r.idx): int(r.next) for r in rows}
+            self.summarized += sum(int(r.summarized) for r in rows)
         else:
             # Said on the log, so an operator (and a test) can see a skip happen.
             _log.debug("feed index not summarized: another store is summarizing it")

@@ -15,6 +15,7 @@ from sqlalchemy import (
     func,
     insert,
     literal,
+    literal_column,
     null,
     select,
     tuple_,
@@ -29,6 +30,7 @@ from eventstore.storage.schema import EVENT_COLUMNS, events, sessions, snapshot_
 
 __all__ = [
     "chunks",
+    "inline",
     "head_move_params",
     "Compiled",
     "insert_events_stmt",
@@ -47,6 +49,15 @@ SESSION_COLS = tuple(sessions.c)
 SNAPSHOT_COLS = tuple(snapshots.c)
 #: A version above every version a session can have (versions are int4).
 MAX_VERSION = 2**31 - 1
+
+
+def inline(value: int | str, type_: Any) -> Any:
+    """A constant written into the statement, not bound: where the planner must see its
+    value (a bound `LIMIT $n` is estimated blind), or where a statement is sent as a
+    query string of its own with its values inlined. Rendered by SQLAlchemy, untyped in
+    the SQL (``'events'``, not ``CAST('events' AS TEXT)``), so the server infers its type."""
+    sql = literal(value, type_).compile(compile_kwargs={"literal_binds": True})
+    return literal_column(str(sql), type_)
 
 
 def chunks(seq: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
