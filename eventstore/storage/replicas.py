@@ -261,15 +261,9 @@ class ReplicatedPostgresStorage(PostgresStorage):
         finally:
             self._moved()
 
-    def _append_fast(self, b: TurnBatch) -> bool:
+    def append(self, batches: Sequence[TurnBatch]) -> list[bool]:
         try:
-            return super()._append_fast(b)
-        finally:
-            self._moved()
-
-    def _append_batches(self, batches: Sequence[TurnBatch]) -> list[bool]:
-        try:
-            return super()._append_batches(batches)
+            return super().append(batches)
         finally:
             self._moved()
 

@@ -51,29 +51,25 @@ class HotLoads(Connections):
         row = self._session_seen(session_row(r))
         if row.parent_pk is not None:
             return LoadParts(row)
-        sealed: tuple[tuple[int, bytes], ...] = ()
         v, base = (row.head if version is None else version), (r.version or 0)
-        if r.n != v - base:
-            # Some are sealed: their payloads, in one more round trip, are merged in by
-            # version (any other gap, or a race with a seal or a compaction, takes the
-            # general path).
+
+        def segments() -> list[Any]:
             q = self._q_segments
             with self._errors(), self._autocommit(hot=True) as cur:
                 cur.execute(q.sql, q.args({"pk": row.pk, "after": base, "upto": v}))
-                sealed = self._sealed_payloads(cur.fetchall(), base, v)
-            if r.n + len(sealed) != v - base:
-                return LoadParts(row)
-        return LoadParts(
+                return cur.fetchall()
+
+        return self._complete_load(
             row,
-            complete=True,
-            snap_version=base,
+            base,
+            v,
+            r.n,
+            segments,
             rest=r.rest,
             bodies=tuple(r.bodies or ()),
             n_digests=r.n_digests,
             n_found=r.n_found,
             tail=r.payloads or b"",
-            n_tail=r.n,
-            sealed=sealed,
         )
 
     def _session_seen(self, row: _Row) -> _Row:

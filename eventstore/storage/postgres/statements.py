@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
@@ -182,6 +183,22 @@ def _snapshot_writes(moved: Any, keyed: bool) -> tuple[Any, Any]:
 
 
 _EVENT_INSERT = [c.name for c in EVENT_COLUMNS[:-1]] + ["xact"]
+#: The arrays of an append's events both append statements take (``column=(parameter,
+#: element type)``, see :func:`_arrays`).
+_EVENT_ARRAYS: dict[str, tuple[str, Any]] = {
+    "version": ("e_versions", Integer),
+    "event_id": ("e_ids", Text),
+    "type": ("e_types", Text),
+    "turn": ("e_turns", Integer),
+    "payload": ("e_payloads", LargeBinary),
+    "hash": ("e_hashes", LargeBinary),
+}
+
+
+def _event_values(event: Mapping[str, Any], xact: Any) -> list[Any]:
+    """An inserted event's values in :data:`_EVENT_INSERT`'s order: its columns' from
+    ``event`` (by column name), then its feed number."""
+    return [event[c] for c in _EVENT_INSERT[:-1]] + [xact]
 
 
 def append_stmt(*, rows: bool, snapshots: bool) -> Any:
@@ -200,37 +217,26 @@ def append_stmt(*, rows: bool, snapshots: bool) -> Any:
     """
     moved = S_MOVE_HEAD.returning(sessions.c.pk).cte("moved")
     xact = _feed_xact(_key("p_pk"), _P("p_old_head", type_=Integer))
-    shared = (
-        _P("recorded_at", type_=BigInteger),
-        _P("actor", type_=Text),
-        cast(_P("metadata", type_=LargeBinary), LargeBinary),  # typed: it may be NULL
-    )
+    shared = {
+        "recorded_at": _P("recorded_at", type_=BigInteger),
+        "actor": _P("actor", type_=Text),
+        "metadata": cast(_P("metadata", type_=LargeBinary), LargeBinary),  # typed: it may be NULL
+    }
     if not rows:
-        one = select(
-            moved.c.pk,
-            _P("p_head", type_=Integer),
-            _P("event_id", type_=Text),
-            _P("type", type_=Text),
-            _P("p_turn", type_=Integer),
-            _P("payload", type_=LargeBinary),
-            *shared,
-            _P("p_hash", type_=LargeBinary),
-            xact,
-        ).select_from(moved)
+        one = {
+            "version": _P("p_head", type_=Integer),
+            "event_id": _P("event_id", type_=Text),
+            "type": _P("type", type_=Text),
+            "turn": _P("p_turn", type_=Integer),
+            "payload": _P("payload", type_=LargeBinary),
+            "hash": _P("p_hash", type_=LargeBinary),
+        }
+        values = _event_values({**one, **shared, "session_pk": moved.c.pk}, xact)
         assert not snapshots, "one event from scalars has no snapshot parts"
-        return insert(events).from_select(_EVENT_INSERT, one).add_cte(moved)
-    u = _arrays(
-        "u",
-        version=("e_versions", Integer),
-        event_id=("e_ids", Text),
-        type=("e_types", Text),
-        turn=("e_turns", Integer),
-        payload=("e_payloads", LargeBinary),
-        hash=("e_hashes", LargeBinary),
-    )
-    each = select(
-        moved.c.pk, u.c.version, u.c.event_id, u.c.type, u.c.turn, u.c.payload, *shared, u.c.hash, xact
-    ).select_from(moved).join(u, true())
+        return insert(events).from_select(_EVENT_INSERT, select(*values).select_from(moved)).add_cte(moved)
+    u = _arrays("u", **_EVENT_ARRAYS)
+    values = _event_values({**u.c, **shared, "session_pk": moved.c.pk}, xact)
+    each = select(*values).select_from(moved).join(u, true())
     ins = insert(events).from_select(_EVENT_INSERT, each).returning(_int(1)).cte("ins")
     stmt = select(func.count()).select_from(ins)
     return stmt.add_cte(*_snapshot_writes(moved, keyed=False)) if snapshots else stmt
@@ -288,32 +294,15 @@ def append_batches_stmt() -> Any:
     u = _arrays(
         "u",
         pk=("e_pks", Integer),
-        version=("e_versions", Integer),
-        event_id=("e_ids", Text),
-        type=("e_types", Text),
-        turn=("e_turns", Integer),
-        payload=("e_payloads", LargeBinary),
+        **_EVENT_ARRAYS,
         recorded_at=("e_times", BigInteger),
         actor=("e_actors", Text),
         metadata=("e_metas", LargeBinary),
-        hash=("e_hashes", LargeBinary),
         native=("e_natives", LargeBinary),
     )
+    values = _event_values({**u.c, "session_pk": u.c.pk}, _feed_xact(u.c.pk, b.c.old_head))
     each = (
-        select(
-            u.c.pk,
-            u.c.version,
-            u.c.event_id,
-            u.c.type,
-            u.c.turn,
-            u.c.payload,
-            u.c.recorded_at,
-            u.c.actor,
-            u.c.metadata,
-            u.c.hash,
-            _feed_xact(u.c.pk, b.c.old_head),
-            u.c.native,
-        )
+        select(*values, u.c.native)
         .select_from(u)
         .join(b, b.c.pk == u.c.pk)
         .where(u.c.pk.in_(select(moved.c.pk)))

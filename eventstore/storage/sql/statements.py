@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import namedtuple
 from collections.abc import Iterator, Mapping, Sequence
+from operator import attrgetter
 from typing import Any
 
 from sqlalchemy import (
@@ -30,6 +31,8 @@ from eventstore.storage.schema import EVENT_COLUMNS, events, sessions, snapshot_
 
 __all__ = [
     "chunks",
+    "event_values",
+    "event_params",
     "inline",
     "head_move_params",
     "Compiled",
@@ -45,6 +48,13 @@ __all__ = [
 CHUNK = 500
 
 EVENT_KEYS = tuple(c.name for c in EVENT_COLUMNS)  # EventRow's field order
+#: An event's values (an EventRow, or a row naming the columns) in EventRow's field order.
+event_values = attrgetter(*EVENT_KEYS)
+
+
+def event_params(r: EventRow) -> dict[str, Any]:
+    """An event's values by column name (the parameters of an insert into ``events``)."""
+    return dict(zip(EVENT_KEYS, event_values(r)))
 SESSION_COLS = tuple(sessions.c)
 SNAPSHOT_COLS = tuple(snapshots.c)
 #: A version above every version a session can have (versions are int4).
