@@ -58,6 +58,11 @@ MIGRATION_LOCK = 0x4E5F_7A31
 
 _P = bindparam
 _int = partial(inline, type_=Integer)  # an integer constant (see inline)
+
+
+def _bytea(text: str) -> Any:
+    """A bytea constant written into the statement (``'text'::bytea``)."""
+    return cast(inline(text, Text), LargeBinary)
 _PG = psycopg_dialect()
 
 
@@ -375,7 +380,7 @@ def load_stmt(*, by_key: bool) -> Any:
             x.c.version,
             x.c.rest,
             # `|| ''` detoasts the digests once, here, not once per message in the split below.
-            x.c.message_digests.concat(cast(literal(b"", LargeBinary), LargeBinary)).label("md"),
+            x.c.message_digests.concat(_bytea("")).label("md"),
         )
         .where(
             x.c.session_pk == key,
@@ -403,7 +408,7 @@ def load_stmt(*, by_key: bool) -> Any:
         func.count(c.c.body).label("n_found"),
     ).lateral("m")
     e = events.alias("e")
-    comma = cast(literal(b",", LargeBinary), LargeBinary)
+    comma = _bytea(",")
     t = (
         select(
             func.string_agg(e.c.payload, aggregate_order_by(comma, e.c.version)).label("payloads"),
