@@ -47,7 +47,6 @@ __all__ = [
     "load_stmt",
     "BAND_SETTINGS",
     "set_config",
-    "literal_sql",
     "MIGRATION_LOCK",
     "snapshot_xmin",
     "feed_barrier_stmt",
@@ -94,10 +93,10 @@ NOTIFY = Compiled(
 def feed_channel() -> str:
     """The statement that names the notification channel of this schema's events table
     (its text, for psycopg connections of their own)."""
-    return literal_sql(_FEED_CHANNEL)
+    return _literal_sql(_FEED_CHANNEL)
 
 
-def literal_sql(stmt: Any) -> str:
+def _literal_sql(stmt: Any) -> str:
     """A statement without parameters, its values inlined (a query string on its own)."""
     return str(stmt.compile(dialect=_PG, compile_kwargs={"literal_binds": True}))
 
@@ -105,7 +104,7 @@ def literal_sql(stmt: Any) -> str:
 def set_config(name: str, value: str, *, local: bool = False) -> str:
     """The statement that sets a server setting (``local``: until the transaction ends, as
     SET LOCAL does), as a query string of its own."""
-    return literal_sql(select(func.set_config(literal(name, Text), literal(value, Text), local)))
+    return _literal_sql(select(func.set_config(literal(name, Text), literal(value, Text), local)))
 
 
 # The session key of a hot statement, for its scans of `events` and `snapshots`: on

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 import psycopg
 import psycopg.errors
 from psycopg.rows import namedtuple_row
-from sqlalchemy import BigInteger, Text, case, cast, column, func, literal, or_, select, table, values
+from sqlalchemy import ARRAY, BigInteger, Integer, Text, bindparam, case, cast, column, func, or_, select, table
 from sqlalchemy.dialects.postgresql import OID, REGCLASS
+from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 
-from eventstore.storage.postgres.statements import literal_sql, set_config
+from eventstore.storage.postgres.statements import set_config
 from eventstore.storage.schema import BRIN_PAGES_PER_RANGE
-from eventstore.storage.sql.statements import inline
+from eventstore.storage.sql.statements import Compiled, inline
 
 _log = logging.getLogger(__name__)
 
@@ -27,26 +28,28 @@ SUMMARIZE_EVERY = 1.0
 SUMMARIZE_RANGES = 4096
 
 _R = BRIN_PAGES_PER_RANGE
+_int = partial(inline, type_=Integer)
 _pg_index = table("pg_index", column("indexrelid", OID), column("indrelid", OID))
 _pg_class = table("pg_class", column("oid", OID), column("relam", OID))
 _pg_am = table("pg_am", column("oid", OID), column("amname", Text))
 
 
-def summarize_stmt(done: Mapping[int, int]) -> Any:
+def summarize_stmt() -> Any:
     """Summarize the complete ranges of every BRIN index on the events table (or on its
-    partitions) from where this store got to (``done``: index -> next start), leaving the
-    newest range (and one more: concurrent writers fill their own pages) to inserts; one
-    row an index: its next start and how many ranges were summarized.
+    partitions) from where this store got to (``idx`` and ``start``: arrays of indexes and
+    their next start), leaving the newest range (and one more: concurrent writers fill
+    their own pages) to inserts; one row an index: its next start and how many ranges
+    were summarized.
 
     One store at a time summarizes (an advisory lock: the others skip at once, returning
-    no rows). The values are inlined (see :data:`SUMMARIZE_SETTINGS`)."""
+    no rows). Its constants are written into the statement, which is compiled once."""
     events_oid = cast(cast(inline("events", Text), REGCLASS), OID)
     d = (
-        values(column("idx", BigInteger), column("start", BigInteger), name="done")
-        .data([(0, 0), *done.items()])
-        .cte("done")
+        func.unnest(bindparam("idx", type_=ARRAY(BigInteger)), bindparam("start", type_=ARRAY(BigInteger)))
+        .table_valued(column("idx", BigInteger), column("start", BigInteger))
+        .render_derived(name="done")
     )
-    key = func.hashtextextended(literal("eventstore summarize ") + cast(events_oid, Text), 0)
+    key = func.hashtextextended(inline("eventstore summarize ", Text) + cast(events_oid, Text), _int(0))
     mine = select(func.pg_try_advisory_xact_lock(key).label("ok")).cte("mine")
     leaves = func.pg_partition_tree(inline("events", Text)).table_valued("relid", "isleaf")
     i, c, a = _pg_index.alias("i"), _pg_class.alias("c"), _pg_am.alias("a")
@@ -55,13 +58,13 @@ def summarize_stmt(done: Mapping[int, int]) -> Any:
             i.c.indexrelid.label("idx"),
             (
                 func.pg_relation_size(i.c.indrelid, type_=BigInteger)
-                // cast(func.current_setting("block_size"), BigInteger)
+                // cast(func.current_setting(inline("block_size", Text)), BigInteger)
             ).label("pages"),
         )
         .select_from(i.join(c, c.c.oid == i.c.indexrelid).join(a, a.c.oid == c.c.relam))
         .where(
             select(mine.c.ok).scalar_subquery(),
-            a.c.amname == "brin",
+            a.c.amname == inline("brin", Text),
             or_(
                 i.c.indrelid == events_oid,
                 i.c.indrelid.in_(select(leaves.c.relid).where(leaves.c.isleaf)),
@@ -69,12 +72,12 @@ def summarize_stmt(done: Mapping[int, int]) -> Any:
         )
         .cte("ix")
     )
-    start = func.coalesce(d.c.start, 0)
+    start = func.coalesce(d.c.start, _int(0))
     todo = (
         select(
             ix.c.idx,
-            case((start > ix.c.pages, 0), else_=start).label("start"),
-            (ix.c.pages - 2 * _R).label("last"),
+            case((start > ix.c.pages, _int(0)), else_=start).label("start"),
+            (ix.c.pages - _int(2 * _R)).label("last"),
         )
         .select_from(ix.outerjoin(d, cast(d.c.idx, OID) == ix.c.idx))
         .cte("todo")
@@ -82,26 +85,26 @@ def summarize_stmt(done: Mapping[int, int]) -> Any:
     span = select(
         todo.c.idx,
         todo.c.start,
-        func.least(todo.c.last, todo.c.start + _R * (SUMMARIZE_RANGES - 1), type_=BigInteger).label("stop"),
+        func.least(todo.c.last, todo.c.start + _int(_R * (SUMMARIZE_RANGES - 1)), type_=BigInteger).label("stop"),
     ).cte("span")
-    b = func.generate_series(span.c.start, span.c.stop, _R).column_valued("b")
+    b = func.generate_series(span.c.start, span.c.stop, _int(_R)).column_valued("b")
     summarized = (
         select(func.count())
-        .where(func.brin_summarize_range(cast(span.c.idx, REGCLASS), b) > 0)
+        .where(func.brin_summarize_range(cast(span.c.idx, REGCLASS), b) > _int(0))
         .scalar_subquery()
     )
-    ranges = (span.c.stop - span.c.start) // _R + 1
+    ranges = (span.c.stop - span.c.start) // _int(_R) + _int(1)
     return select(
         cast(span.c.idx, BigInteger).label("idx"),
-        case((span.c.stop < span.c.start, span.c.start), else_=span.c.start + ranges * _R).label("next"),
+        case((span.c.stop < span.c.start, span.c.start), else_=span.c.start + ranges * _int(_R)).label("next"),
         summarized.label("summarized"),
     )
 
 
+_SUMMARIZE = Compiled(summarize_stmt(), psycopg_dialect())
 #: Its lock conflicts with VACUUM's and with itself: rather than wait for a VACUUM it gives
-#: up and tries again later. Sent as one query string (its values inlined), so that the
-#: setting holds for the statement in the implicit transaction the server runs it in.
-SUMMARIZE_SETTINGS = set_config("lock_timeout", "50ms", local=True)
+#: up and tries again later (the setting holds until the summary's transaction ends).
+_LOCK_TIMEOUT = set_config("lock_timeout", "50ms", local=True)
 
 
 class FeedIndexSummarizer:
@@ -129,12 +132,13 @@ class FeedIndexSummarizer:
         if self._cannot_summarize or (now < self._summarize_at and not final):
             return
         self._summarize_at = now + SUMMARIZE_EVERY
-        sql = f"{SUMMARIZE_SETTINGS}; {literal_sql(summarize_stmt(self._summarized))}"
+        done = {"idx": list(self._summarized), "start": list(self._summarized.values())}
         try:
-            cur = conn.cursor(row_factory=namedtuple_row)
-            cur.execute(sql)
-            cur.nextset()  # past the setting's row
-            rows = cur.fetchall()
+            with conn.transaction():
+                conn.execute(_LOCK_TIMEOUT)
+                cur = conn.cursor(row_factory=namedtuple_row)
+                cur.execute(_SUMMARIZE.sql, _SUMMARIZE.args(done))
+                rows = cur.fetchall()
         except psycopg.errors.LockNotAvailable:
             return  # VACUUM holds the table: next time
         except psycopg.OperationalError:
