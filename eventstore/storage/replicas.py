@@ -45,7 +45,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
-from sqlalchemy import BigInteger, Float, case, cast, extract, func, literal_column, select
+from sqlalchemy import BigInteger, Float, Text, case, cast, extract, func, select
+from sqlalchemy.dialects.postgresql import OID
 from sqlalchemy.engine import make_url
 from sqlalchemy.util import await_
 
@@ -54,6 +55,7 @@ from eventstore.errors import StorageError
 from eventstore.storage.interface import AsyncChangeWatcher, ChangeWatcher, SegmentCoder, Tx
 from eventstore.storage.postgres import PostgresStorage
 from eventstore.storage.sql import Compiled, SqlStorage
+from eventstore.storage.sql.statements import inline
 from eventstore.storage.urls import mask_url
 
 __all__ = ["ReplicatedPostgresStorage", "ReplicaMismatch", "read_only_url", "DEFAULT_MAX_REPLICA_LAG"]
@@ -66,12 +68,15 @@ DEFAULT_REPLICA_WAIT = 0.1
 #: Seconds a replica that failed is left alone before it is probed again.
 _DOWN_FOR = 1.0
 
-_ZERO_LSN: Any = literal_column("'0/0'::pg_lsn")
-
-
 def _lsn(expr: Any) -> Any:
-    """A ``pg_lsn`` as a byte offset (bigint), comparable in Python."""
-    return cast(func.pg_wal_lsn_diff(expr, _ZERO_LSN), BigInteger)
+    """A ``pg_lsn`` as a byte offset (bigint), comparable in Python (the constant, untyped
+    in the SQL, is read as the function's pg_lsn)."""
+    return cast(func.pg_wal_lsn_diff(expr, inline("0/0", Text)), BigInteger)
+
+
+def _oid(table: str) -> Any:
+    """The object id of the table the connection's search_path finds by that name."""
+    return cast(cast(func.to_regclass(inline(table, Text)), OID), BigInteger)
 
 
 # The primary's WAL insert position: at or past the commit record of every transaction
@@ -101,11 +106,12 @@ S_REPLICA_STATUS = select(
 # has the same ones; another database or schema of this cluster has others, or none), and
 # the WAL position: a replica's replay position is checked against the primary's insert
 # position read after it (a copy is never ahead of its primary).
+_control = func.pg_control_system().table_valued("system_identifier")
 S_IDENTITY = select(
-    literal_column("(SELECT system_identifier FROM pg_control_system())"),
+    select(_control.c.system_identifier).scalar_subquery(),
     func.current_database(),
-    literal_column("to_regclass('events')::oid::bigint"),
-    literal_column("to_regclass('sessions')::oid::bigint"),
+    _oid("events"),
+    _oid("sessions"),
 )
 S_REPLICA_IDENTITY = S_IDENTITY.add_columns(_lsn(_replay))
 S_PRIMARY_IDENTITY = S_IDENTITY.add_columns(_lsn(func.pg_current_wal_insert_lsn()))
@@ -255,15 +261,9 @@ class ReplicatedPostgresStorage(PostgresStorage):
         finally:
             self._moved()
 
-    def _append_fast(self, b: TurnBatch) -> bool:
+    def append(self, batches: Sequence[TurnBatch]) -> list[bool]:
         try:
-            return super()._append_fast(b)
-        finally:
-            self._moved()
-
-    def _append_batches(self, batches: Sequence[TurnBatch]) -> list[bool]:
-        try:
-            return super()._append_batches(batches)
+            return super().append(batches)
         finally:
             self._moved()
 

@@ -5,6 +5,11 @@ breaks SERIALIZABLE reads and makes a reader that later writes fail with "databa
 locked" without waiting. As SQLAlchemy documents, we switch it off on connect and emit
 BEGIN ourselves: ``BEGIN IMMEDIATE`` for write transactions so the write lock is taken
 up front (and waited for through ``busy_timeout``), a plain ``BEGIN`` for reads.
+
+The only SQL written as text here: those ``BEGIN`` statements (and the raw append's
+``COMMIT`` / ``ROLLBACK``) and the connection's PRAGMAs (``journal_mode``, ``busy_timeout``, ``foreign_keys``, and ``data_version``,
+which the change watcher polls). SQLAlchemy Core has no construct for either; every
+other statement is declared with Core.
 """
 
 from __future__ import annotations
@@ -17,13 +22,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event, func, literal_column, select
+from sqlalchemy import Connection, Engine, Integer, create_engine, event, func, select
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
 
 from eventstore.core.rows import TurnBatch
 from eventstore.storage.schema import events, feed_clock
 from eventstore.storage.sql import ErrorKind, FairAsyncQueuePool, SqlStorage
+from eventstore.storage.sql.statements import inline
 from eventstore.storage.watch import AsyncProbe, Probe
 
 __all__ = [
@@ -191,10 +197,10 @@ class SQLiteStorage(SqlStorage):
     def _new_xact(self) -> Any:
         # Writers take turns (BEGIN IMMEDIATE), so one more than any number handed out —
         # including the deleted ones feed_clock remembers — grows in commit order.
-        zero: Any = literal_column("0")
+        zero, one = inline(0, Integer), inline(1, Integer)
         newest = select(func.max(events.c.xact)).scalar_subquery()
-        deleted = select(feed_clock.c.xact).where(feed_clock.c.id == literal_column("1")).scalar_subquery()
-        return func.max(func.coalesce(newest, zero), func.coalesce(deleted, zero)) + literal_column("1")
+        deleted = select(feed_clock.c.xact).where(feed_clock.c.id == one).scalar_subquery()
+        return func.max(func.coalesce(newest, zero), func.coalesce(deleted, zero)) + one
 
     def _restore_xacts(self, tx: Any, n: int, below: int, above: int) -> list[int] | None:
         # A feed number is the row's key here: no two rows share one. The free numbers

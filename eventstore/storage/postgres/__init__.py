@@ -5,7 +5,7 @@ round trip each, in autocommit on a connection of the engine's pool.
 """
 
 from eventstore.storage.postgres.partitions import MAX_PARTITIONS, PARTITION_SETTING
-from eventstore.storage.postgres.statements import FEED_XACT, feed_channel
+from eventstore.storage.postgres.statements import feed_channel, feed_xact
 from eventstore.storage.postgres.storage import PostgresStorage
 
-__all__ = ["PostgresStorage", "FEED_XACT", "feed_channel", "PARTITION_SETTING", "MAX_PARTITIONS"]
+__all__ = ["PostgresStorage", "feed_xact", "feed_channel", "PARTITION_SETTING", "MAX_PARTITIONS"]

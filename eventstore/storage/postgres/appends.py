@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
-from eventstore.core.rows import CatalogueEffect, EventRow, SnapshotRow, TurnBatch, blob_refs
+from eventstore.core.rows import EventRow, SnapshotRow, TurnBatch, blob_refs
 from eventstore.errors import StorageError
-from eventstore.storage.catalogue import effect_params
+from eventstore.storage.catalogue import EFFECT_TYPES, effect_params
 from eventstore.storage.postgres.connections import Connections
 from eventstore.storage.postgres.statements import append_batches_stmt, append_stmt, compile_hot
 from eventstore.storage.sql import Compiled
@@ -16,33 +16,47 @@ from eventstore.storage.sql.statements import head_move_params
 __all__ = ["HotAppends"]
 
 
-def _effect_arrays(batches: Sequence[TurnBatch]) -> dict[str, list[Any]]:
-    """The catalogue effects of a group commit, one array element per batch."""
-    per = [effect_params(b.effect) for b in batches]
-    return {k: [p[k] for p in per] for k in ("c_updated", "c_st_u", "c_st_n", "c_reset", "c_text")}
+def _columns(items: Sequence[Any], **fields: str) -> dict[str, list[Any]]:
+    """One array parameter per field of ``items`` (``parameter=field``)."""
+    return {param: [getattr(i, field) for i in items] for param, field in fields.items()}
 
 
 def _event_arrays(rows: Sequence[EventRow]) -> dict[str, list[Any]]:
     """The columns of the events an append writes that both append statements take as
     arrays (the fast one takes the time, actor and metadata once, for the whole batch)."""
-    return {
-        "e_versions": [r.version for r in rows],
-        "e_ids": [r.event_id for r in rows],
-        "e_types": [r.type for r in rows],
-        "e_turns": [r.turn for r in rows],
-        "e_payloads": [r.payload for r in rows],
-        "e_hashes": [r.hash for r in rows],
-    }
+    return _columns(
+        rows, e_versions="version", e_ids="event_id", e_types="type", e_turns="turn",
+        e_payloads="payload", e_hashes="hash",
+    )
 
 
 def _snapshot_arrays(snapshots: Sequence[SnapshotRow]) -> dict[str, list[Any]]:
     """The snapshots an append writes, one array a column (both append statements)."""
-    return {
-        "s_versions": [n.version for n in snapshots],
-        "s_reducers": [n.reducer_version for n in snapshots],
-        "s_rests": [n.rest for n in snapshots],
-        "s_digests": [n.message_digests for n in snapshots],
-    }
+    return _columns(
+        snapshots, s_versions="version", s_reducers="reducer_version", s_rests="rest",
+        s_digests="message_digests",
+    )
+
+
+class _Blob(NamedTuple):
+    pk: int
+    digest: bytes
+    body: bytes
+    refs: int  # the references the batch's snapshots add
+
+
+def _blob_rows(b: TurnBatch) -> list[_Blob] | None:
+    """The blobs a batch sends, in digest order; None if a snapshot names a blob the
+    batch does not send (only the general path can count that one)."""
+    refs = blob_refs(n.message_digests for n in b.snapshots)
+    if not refs.keys() <= b.blobs.keys():
+        return None
+    return [_Blob(b.session_pk, d, b.blobs[d], refs.get(d, 0)) for d in sorted(b.blobs)]
+
+
+def _blob_arrays(blobs: Sequence[_Blob]) -> dict[str, list[Any]]:
+    """The blobs an append stores, one array a column (both append statements)."""
+    return _columns(blobs, b_digests="digest", b_bodies="body", b_refs="refs")
 
 
 class HotAppends(Connections):
@@ -62,9 +76,7 @@ class HotAppends(Connections):
         self._q_append_batches = compile_hot(append_batches_stmt(), d)
 
     def _append_fast(self, b: TurnBatch) -> bool:
-        session_pk, old_head, old_hash = b.session_pk, b.old_head, b.old_hash
-        rows, head_turn, snapshots, blobs, effect = b.rows, b.head_turn, b.snapshots, b.blobs, b.effect
-        first = rows[0]
+        rows, first = b.rows, b.rows[0]
         # Batches with provider-native data take the general statement (the hot ones,
         # without, keep their arrays as they are).
         if any(
@@ -73,61 +85,57 @@ class HotAppends(Connections):
             for r in rows
         ):
             return super()._append_fast(b)
-        if len(rows) == 1 and not snapshots and not blobs:
-            return self._append_one(session_pk, old_head, old_hash, first, head_turn, effect)
-        refs = blob_refs(n.message_digests for n in snapshots)
-        if not refs.keys() <= blobs.keys():
-            # A blob named but not sent: only the general path can count it.
-            return super()._append_fast(b)
-        digests = sorted(blobs)
         params = {
-            **head_move_params(session_pk, old_head, old_hash, rows[-1], head_turn, effect),
+            **head_move_params(b.session_pk, b.old_head, b.old_hash, rows[-1], b.head_turn, b.effect),
             "recorded_at": first.recorded_at,
             "actor": first.actor,
             "metadata": first.metadata,
-            **_event_arrays(rows),
-            "b_digests": digests,
-            "b_bodies": [blobs[d] for d in digests],
-            "b_refs": [refs.get(d, 0) for d in digests],
-            **_snapshot_arrays(snapshots),
         }
-        q = self._q_append_snapshots if snapshots or blobs else self._q_append_rows
+        if len(rows) == 1 and not b.snapshots and not b.blobs:
+            # One event from scalars (see append_stmt): its row count says whether it was.
+            one = {"event_id": first.event_id, "type": first.type, "payload": first.payload}
+            return self._run_hot(self._q_append_one, {**params, **one}, binary=False) == 1
+        blobs = _blob_rows(b)
+        if blobs is None:
+            return super()._append_fast(b)
+        params |= {
+            **_event_arrays(rows),
+            **_blob_arrays(blobs),
+            **_snapshot_arrays(b.snapshots),
+        }
+        q = self._q_append_snapshots if b.snapshots or b.blobs else self._q_append_rows
         return self._run_hot(q, params, binary=True) == len(rows)
 
     def _append_batches(self, batches: Sequence[TurnBatch]) -> list[bool]:
         if not batches:
             return []
         events = [r for b in batches for r in b.rows]
-        blobs: list[tuple[int, bytes, bytes, int]] = []
+        blobs: list[_Blob] = []
         for b in batches:
-            refs = blob_refs(n.message_digests for n in b.snapshots)
-            if not refs.keys() <= b.blobs.keys():
+            sent = _blob_rows(b)
+            if sent is None:
                 raise StorageError("a grouped append's snapshot names a blob it does not send")
-            blobs += [(b.session_pk, d, b.blobs[d], refs.get(d, 0)) for d in sorted(b.blobs)]
+            blobs += sent
         snaps = [n for b in batches for n in b.snapshots]
+        per = [effect_params(b.effect) for b in batches]
         params = {
-            "pks": [b.session_pk for b in batches],
-            "old_heads": [b.old_head for b in batches],
-            "old_hashes": [b.old_hash for b in batches],
-            "writers": [b.writer for b in batches],
+            **_columns(
+                batches, pks="session_pk", old_heads="old_head", old_hashes="old_hash",
+                writers="writer", turns="head_turn", releases="release", claims="claim",
+            ),
             "heads": [b.rows[-1].version if b.rows else b.old_head for b in batches],
             "hashes": [b.rows[-1].hash if b.rows else b.old_hash for b in batches],
-            "turns": [b.head_turn for b in batches],
-            "releases": [b.release for b in batches],
-            "claims": [b.claim for b in batches],
-            **_effect_arrays(batches),
+            # The catalogue effects, one array element per batch.
+            **{k: [p[k] for p in per] for k in EFFECT_TYPES},
             "seen": max(b.seen_at for b in batches),
-            "e_pks": [r.session_pk for r in events],
+            **_columns(
+                events, e_pks="session_pk", e_times="recorded_at", e_actors="actor",
+                e_metas="metadata", e_natives="native",
+            ),
             **_event_arrays(events),
-            "e_times": [r.recorded_at for r in events],
-            "e_actors": [r.actor for r in events],
-            "e_metas": [r.metadata for r in events],
-            "e_natives": [r.native for r in events],
-            "b_pks": [b[0] for b in blobs],
-            "b_digests": [b[1] for b in blobs],
-            "b_bodies": [b[2] for b in blobs],
-            "b_refs": [b[3] for b in blobs],
-            "s_pks": [n.session_pk for n in snaps],
+            **_columns(blobs, b_pks="pk"),
+            **_blob_arrays(blobs),
+            **_columns(snaps, s_pks="session_pk"),
             **_snapshot_arrays(snaps),
         }
         with self._errors(), self._autocommit(hot=True) as cur:
@@ -139,26 +147,6 @@ class HotAppends(Connections):
         if events and done:
             self._committed()
         return [b.session_pk in done for b in batches]
-
-    def _append_one(
-        self,
-        session_pk: int,
-        old_head: int,
-        old_hash: bytes,
-        row: EventRow,
-        head_turn: int,
-        effect: CatalogueEffect | None = None,
-    ) -> bool:
-        params = {
-            **head_move_params(session_pk, old_head, old_hash, row, head_turn, effect),
-            "event_id": row.event_id,
-            "type": row.type,
-            "payload": row.payload,
-            "recorded_at": row.recorded_at,
-            "actor": row.actor,
-            "metadata": row.metadata,
-        }
-        return self._run_hot(self._q_append_one, params, binary=False) == 1
 
     def _run_hot(self, q: Compiled, params: Mapping[str, Any], *, binary: bool) -> int:
         """Run one append statement on a pooled connection; its row count.

@@ -39,43 +39,80 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import BigInteger, literal_column
+from sqlalchemy import BigInteger, Text, and_, case, cast, column, exists, func, or_, select, table, true, union_all
+from sqlalchemy.dialects.postgresql import OID, REGCLASS
 
-__all__ = ["WRITERS_BARRIER_SQL", "writers_barrier"]
+from eventstore.storage.sql.statements import inline
 
-#: The barrier as one scalar SQL expression (a bigint). Table names resolve on the
-#: connection's ``search_path``, as every statement of the store's does.
-WRITERS_BARRIER_SQL = """(
-WITH snap AS MATERIALIZED (SELECT pg_current_snapshot() AS s),
-ours AS MATERIALIZED (
-    SELECT 'events'::regclass::oid AS rel
-    UNION ALL SELECT 'sessions'::regclass::oid
-    UNION ALL SELECT inhrelid FROM pg_inherits WHERE inhparent = 'events'::regclass),
-locks AS MATERIALIZED (
-    SELECT l.locktype, l.transactionid, l.virtualtransaction
-    FROM pg_locks l
-    WHERE l.granted AND (
-        l.locktype = 'transactionid'
-        OR (l.locktype = 'relation'
-            AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-            AND l.relation IN (SELECT rel FROM ours))))
-SELECT least(
-    pg_snapshot_xmax(snap.s)::text::bigint,
-    (SELECT min(x::text::bigint) FROM pg_snapshot_xip(snap.s) AS x
-     WHERE CASE
-        WHEN EXISTS (
-            SELECT 1 FROM locks t
-            WHERE t.locktype = 'transactionid' AND t.transactionid = xid(x)
-              AND NOT EXISTS (
-                  SELECT 1 FROM locks r
-                  WHERE r.locktype = 'relation' AND r.virtualtransaction = t.virtualtransaction))
-        THEN pg_xact_status(x) IS DISTINCT FROM 'in progress'
-        ELSE true
-     END))
-FROM snap
-)"""
+__all__ = ["writers_barrier"]
+
+_pg_locks = table(
+    "pg_locks",
+    column("locktype", Text),
+    column("transactionid"),
+    column("virtualtransaction", Text),
+    column("granted"),
+    column("database", OID),
+    column("relation", OID),
+)
+_pg_inherits = table("pg_inherits", column("inhrelid", OID), column("inhparent", OID))
+_pg_database = table("pg_database", column("oid", OID), column("datname", Text))
+
+
+def _regclass(name: str) -> Any:
+    """A table's OID by its name on the search path (resolved when the statement is
+    parsed, as ``'name'::regclass`` is)."""
+    return cast(inline(name, Text), REGCLASS)
+
+
+def _bigint(xid: Any) -> Any:
+    """A transaction id (xid8) as a bigint."""
+    return cast(cast(xid, Text), BigInteger)
 
 
 def writers_barrier() -> Any:
-    """:data:`WRITERS_BARRIER_SQL` as a SQLAlchemy column expression."""
-    return literal_column(WRITERS_BARRIER_SQL, BigInteger)
+    """The barrier as one scalar SQL expression (a bigint). Table names resolve on the
+    connection's ``search_path``, as every statement of the store's does."""
+    snap = select(func.pg_current_snapshot().label("s")).cte("snap", nesting=True).prefix_with("MATERIALIZED")
+    ours = union_all(
+        select(cast(_regclass("events"), OID).label("rel")),
+        select(cast(_regclass("sessions"), OID).label("rel")),
+        select(_pg_inherits.c.inhrelid).where(_pg_inherits.c.inhparent == _regclass("events")),
+    ).cte("ours", nesting=True).prefix_with("MATERIALIZED")
+    l = _pg_locks.alias("l")
+    this_db = select(_pg_database.c.oid).where(_pg_database.c.datname == func.current_database())
+    locks = (
+        select(l.c.locktype, l.c.transactionid, l.c.virtualtransaction)
+        .where(
+            l.c.granted,
+            or_(
+                l.c.locktype == inline("transactionid", Text),
+                and_(
+                    l.c.locktype == inline("relation", Text),
+                    l.c.database == this_db.scalar_subquery(),
+                    l.c.relation.in_(select(ours.c.rel)),
+                ),
+            ),
+        )
+        .cte("locks", nesting=True)
+        .prefix_with("MATERIALIZED")
+    )
+    x = func.pg_snapshot_xip(snap.c.s).column_valued("x")
+    t, r = locks.alias("t"), locks.alias("r")
+    # Passed over only when held by a transaction with no lock on our tables and still in
+    # progress after pg_locks was read (the CASE orders the two: see the module's notes).
+    writes_nothing = exists().where(
+        t.c.locktype == inline("transactionid", Text),
+        t.c.transactionid == func.xid(x),
+        ~exists().where(
+            r.c.locktype == inline("relation", Text),
+            r.c.virtualtransaction == t.c.virtualtransaction,
+        ),
+    )
+    kept = case(
+        (writes_nothing, func.pg_xact_status(x).is_distinct_from(inline("in progress", Text))),
+        else_=true(),
+    )
+    oldest = select(func.min(_bigint(x))).where(kept).scalar_subquery()
+    barrier = select(func.least(_bigint(func.pg_snapshot_xmax(snap.c.s)), oldest)).select_from(snap)
+    return barrier.add_cte(snap, ours, locks, nest_here=True).scalar_subquery()

@@ -11,8 +11,8 @@ from psycopg.rows import namedtuple_row
 
 from eventstore.core.rows import LoadParts, SessionRow
 from eventstore.storage.postgres.connections import Connections
-from eventstore.storage.postgres.statements import LOAD, LOAD_BY_KEY
-from eventstore.storage.sql import session_row
+from eventstore.storage.postgres.statements import compile_hot, load_stmt
+from eventstore.storage.sql import Compiled, session_row
 
 __all__ = ["HotLoads"]
 
@@ -24,11 +24,20 @@ class HotLoads(Connections):
     """The load path of :class:`~eventstore.storage.postgres.PostgresStorage`, and the
     session keys it learns from every session row read."""
 
+    _q_load: Compiled
+    _q_load_by_key: Compiled
+
+    def _load_queries(self) -> None:
+        """Compile the head load (:func:`load_stmt`) once, by id and by key."""
+        d = self.engine.dialect
+        self._q_load = compile_hot(load_stmt(by_key=False), d)
+        self._q_load_by_key = compile_hot(load_stmt(by_key=True), d)
+
     def load_parts(
         self, session_id: str, version: int | None, reducer_version: int
     ) -> LoadParts | None:
         # Learnt from every session row read (see _session_seen), so a load can name the
-        # session's key (see LOAD_BY_KEY).
+        # session's key (see load_stmt).
         key = self.session_keys.key(session_id)
         params = {"id": session_id, "version": version, "rv": reducer_version, "pk": key}
         with self._errors():
@@ -42,29 +51,25 @@ class HotLoads(Connections):
         row = self._session_seen(session_row(r))
         if row.parent_pk is not None:
             return LoadParts(row)
-        sealed: tuple[tuple[int, bytes], ...] = ()
         v, base = (row.head if version is None else version), (r.version or 0)
-        if r.n != v - base:
-            # Some are sealed: their payloads, in one more round trip, are merged in by
-            # version (any other gap, or a race with a seal or a compaction, takes the
-            # general path).
+
+        def segments() -> list[Any]:
             q = self._q_segments
             with self._errors(), self._autocommit(hot=True) as cur:
                 cur.execute(q.sql, q.args({"pk": row.pk, "after": base, "upto": v}))
-                sealed = self._sealed_payloads(cur.fetchall(), base, v)
-            if r.n + len(sealed) != v - base:
-                return LoadParts(row)
-        return LoadParts(
+                return cur.fetchall()
+
+        return self._complete_load(
             row,
-            complete=True,
-            snap_version=base,
+            base,
+            v,
+            r.n,
+            segments,
             rest=r.rest,
             bodies=tuple(r.bodies or ()),
             n_digests=r.n_digests,
             n_found=r.n_found,
             tail=r.payloads or b"",
-            n_tail=r.n,
-            sealed=sealed,
         )
 
     def _session_seen(self, row: _Row) -> _Row:
@@ -87,12 +92,12 @@ class HotLoads(Connections):
             return self._load_row(params, hot=False)
 
     def _load_row(self, params: Mapping[str, Any], *, hot: bool) -> Any:
-        """The one row of :data:`LOAD` (or :data:`LOAD_BY_KEY` when ``params`` name the
-        session's key), on a hot autocommit connection (see :meth:`_autocommit`)."""
-        sql = LOAD if params["pk"] is None else LOAD_BY_KEY
+        """The one row of the head load (by key when ``params`` name the session's key),
+        on a hot autocommit connection (see :meth:`_autocommit`)."""
+        q = self._q_load if params["pk"] is None else self._q_load_by_key
         with self._autocommit(hot=hot) as cur:
             cur.row_factory = namedtuple_row
             # Prepared at its first use on a connection, not the sixth: a cold load then
             # skips parsing and analysing the statement every time.
-            cur.execute(sql, params, binary=True, prepare=self._prepare_load or None)
+            cur.execute(q.sql, q.args(params), binary=True, prepare=self._prepare_load or None)
             return cur.fetchone()

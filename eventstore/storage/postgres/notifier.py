@@ -8,11 +8,13 @@ from typing import Any
 import psycopg
 from psycopg import sql as pgsql
 
-from eventstore.storage.postgres.statements import feed_channel, set_config
+from eventstore.storage.postgres.statements import NOTIFY, feed_channel, set_config
 from eventstore.storage.postgres.summarizer import FeedIndexSummarizer
 from eventstore.storage.watch import AsyncProbe, Probe, Signal
 
 __all__ = ["ListenProbe", "AsyncListenProbe", "NotifySignal"]
+
+_NOTIFY_SQL = NOTIFY.sql.encode()
 
 
 def _dedicated(engine: Any, **settings: str) -> tuple[Any, str]:
@@ -42,6 +44,7 @@ class ListenProbe(Probe):
     def connect(self) -> Any:
         conn, channel = _dedicated(self._db)
         try:
+            # LISTEN has no SQLAlchemy construct: psycopg composes it, quoting the channel.
             conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(channel)))
         except BaseException:
             conn.close()
@@ -79,7 +82,7 @@ class NotifySignal(Signal):
 
     def connect(self) -> Any:
         conn, channel = _dedicated(self._db, synchronous_commit="off")
-        return conn, [channel.encode()]
+        return conn, [str(a).encode() for a in NOTIFY.args({"channel": channel})]
 
     def summarize_feed_index(self, handle: Any, *, final: bool) -> None:
         """Summarize the feed index's newly complete ranges (see :class:`FeedIndexSummarizer`)."""
@@ -87,7 +90,7 @@ class NotifySignal(Signal):
 
     def start(self, handle: Any) -> None:
         conn, params = handle
-        conn.pgconn.send_query_params(b"SELECT pg_notify($1, '')", params)
+        conn.pgconn.send_query_params(_NOTIFY_SQL, params)
 
     def finish(self, handle: Any, timeout: float) -> bool:
         pg = handle[0].pgconn

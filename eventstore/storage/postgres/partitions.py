@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, Text, column, func, literal, literal_column, select, table
+from sqlalchemy import Connection, Text, column, func, literal, select, table
 
 from eventstore.errors import SchemaError, StorageError
+from eventstore.storage.sql.statements import inline
 
 __all__ = ["PARTITION_SETTING", "MAX_PARTITIONS", "partition_count", "migration_options"]
 
@@ -21,7 +22,7 @@ MAX_PARTITIONS = 1024
 _class = table("pg_class", column("oid"), column("relkind")).alias("c")
 _inherits = table("pg_inherits", column("inhparent")).alias("i")
 _PARTITION_STATE = select(
-    (_class.c.relkind == literal_column("'p'")).label("partitioned"),  # a "char", not text
+    (_class.c.relkind == inline("p", Text)).label("partitioned"),  # a "char", not text
     select(func.count())
     .select_from(_inherits)
     .where(_inherits.c.inhparent == _class.c.oid)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from sqlalchemy import (
@@ -18,13 +20,13 @@ from sqlalchemy import (
     func,
     insert,
     literal,
-    literal_column,
     null,
+    or_,
     select,
     true,
     update,
 )
-from sqlalchemy.dialects.postgresql import OID, array_agg
+from sqlalchemy.dialects.postgresql import OID, aggregate_order_by, array_agg
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 
@@ -32,18 +34,17 @@ from eventstore.core.rows import DIGEST_SIZE
 from eventstore.storage.catalogue import EFFECT_TYPES, catalogue_values
 from eventstore.storage.postgres.feed_barrier import writers_barrier
 from eventstore.storage.schema import EVENT_COLUMNS, events, sessions, snapshot_blobs, snapshots
-from eventstore.storage.sql.statements import S_MOVE_HEAD, Compiled, upsert_snapshot
+from eventstore.storage.sql.statements import S_MOVE_HEAD, Compiled, inline, upsert_snapshot
 
 __all__ = [
-    "FEED_XACT",
+    "feed_xact",
     "SEAL_CALL",
     "feed_channel",
-    "KEY_PARAM",
+    "NOTIFY",
     "append_stmt",
     "append_batches_stmt",
     "compile_hot",
-    "LOAD",
-    "LOAD_BY_KEY",
+    "load_stmt",
     "BAND_SETTINGS",
     "set_config",
     "MIGRATION_LOCK",
@@ -55,14 +56,21 @@ __all__ = [
 MIGRATION_LOCK = 0x4E5F_7A31
 
 _P = bindparam
+_int = partial(inline, type_=Integer)  # an integer constant (see inline)
+
+
+def _bytea(text: str) -> Any:
+    """A bytea constant written into the statement (``'text'::bytea``)."""
+    return cast(inline(text, Text), LargeBinary)
 _PG = psycopg_dialect()
 
 
-#: The default of ``events.xact`` (revision 0003): the writing transaction's id. It is the
-#: key of the feed's visibility barrier: a transaction's id is assigned before it commits,
-#: so rows below the oldest transaction that can still write one are all committed and no
-#: row can ever be added below it again.
-FEED_XACT = "(pg_current_xact_id()::text)::bigint"
+def feed_xact() -> Any:
+    """The default of ``events.xact`` (revision 0003): the writing transaction's id. It is
+    the key of the feed's visibility barrier: a transaction's id is assigned before it
+    commits, so rows below the oldest transaction that can still write one are all
+    committed and no row can ever be added below it again."""
+    return cast(cast(func.pg_current_xact_id(), Text), BigInteger)
 
 
 #: The channel followers listen on, for the events table the search path finds: it names
@@ -71,6 +79,14 @@ _FEED_CHANNEL = select(
     literal("eventstore_", Text).concat(
         cast(cast(func.to_regclass(literal("events", Text)), OID), Text)
     ).label("channel")
+)
+
+
+#: The signal that wakes followers, compiled once for libpq's asynchronous calls (``$1``:
+#: the channel), which the notifier sends without psycopg's cursor (see NotifySignal).
+NOTIFY = Compiled(
+    select(func.pg_notify(_P("channel", type_=Text), inline("", Text))),
+    psycopg_dialect(paramstyle="numeric_dollar"),
 )
 
 
@@ -100,11 +116,8 @@ def set_config(name: str, value: str, *, local: bool = False) -> str:
 # than the generic one, and PostgreSQL re-plans the statement on every execution (slower
 # than the run-time pruning it replaces); a stable expression is pruned on only at
 # executor start-up, both plans cost the same, and the cached generic plan is used.
-KEY_PARAM = "(%(pk)s::int + (now() IS NULL)::int)"
-
-
 def _key(name: str) -> Any:
-    """The session key parameter ``name`` as :data:`KEY_PARAM` spells it."""
+    """The session key parameter ``name``, plus the zero the planner cannot fold."""
     return _P(name, type_=Integer) + cast(func.now().is_(None), Integer)
 
 
@@ -120,7 +133,7 @@ def _feed_xact(pk: Any, old_head: Any) -> Any:
     previous event's (see eventstore/core/feed_rules.py)."""
     p = events.alias("p")
     prev = select(p.c.xact).where(p.c.session_pk == pk, p.c.version == old_head)
-    return func.greatest(literal_column(FEED_XACT), prev.scalar_subquery())
+    return func.greatest(feed_xact(), prev.scalar_subquery())
 
 
 def _snapshot_writes(moved: Any, keyed: bool) -> tuple[Any, Any]:
@@ -152,7 +165,7 @@ def _snapshot_writes(moved: Any, keyed: bool) -> tuple[Any, Any]:
     if keyed:
         blobs = (
             select(
-                b.c.digest, array_agg(b.c.body)[literal_column("1")], cast(func.sum(b.c.refs), Integer)
+                b.c.digest, array_agg(b.c.body)[_int(1)], cast(func.sum(b.c.refs), Integer)
             )
             .where(b.c.pk.in_(select(moved.c.pk)))
             .group_by(b.c.digest)
@@ -174,6 +187,22 @@ def _snapshot_writes(moved: Any, keyed: bool) -> tuple[Any, Any]:
 
 
 _EVENT_INSERT = [c.name for c in EVENT_COLUMNS[:-1]] + ["xact"]
+#: The arrays of an append's events both append statements take (``column=(parameter,
+#: element type)``, see :func:`_arrays`).
+_EVENT_ARRAYS: dict[str, tuple[str, Any]] = {
+    "version": ("e_versions", Integer),
+    "event_id": ("e_ids", Text),
+    "type": ("e_types", Text),
+    "turn": ("e_turns", Integer),
+    "payload": ("e_payloads", LargeBinary),
+    "hash": ("e_hashes", LargeBinary),
+}
+
+
+def _event_values(event: Mapping[str, Any], xact: Any) -> list[Any]:
+    """An inserted event's values in :data:`_EVENT_INSERT`'s order: its columns' from
+    ``event`` (by column name), then its feed number."""
+    return [event[c] for c in _EVENT_INSERT[:-1]] + [xact]
 
 
 def append_stmt(*, rows: bool, snapshots: bool) -> Any:
@@ -192,38 +221,27 @@ def append_stmt(*, rows: bool, snapshots: bool) -> Any:
     """
     moved = S_MOVE_HEAD.returning(sessions.c.pk).cte("moved")
     xact = _feed_xact(_key("p_pk"), _P("p_old_head", type_=Integer))
-    shared = (
-        _P("recorded_at", type_=BigInteger),
-        _P("actor", type_=Text),
-        cast(_P("metadata", type_=LargeBinary), LargeBinary),  # typed: it may be NULL
-    )
+    shared = {
+        "recorded_at": _P("recorded_at", type_=BigInteger),
+        "actor": _P("actor", type_=Text),
+        "metadata": cast(_P("metadata", type_=LargeBinary), LargeBinary),  # typed: it may be NULL
+    }
     if not rows:
-        one = select(
-            moved.c.pk,
-            _P("p_head", type_=Integer),
-            _P("event_id", type_=Text),
-            _P("type", type_=Text),
-            _P("p_turn", type_=Integer),
-            _P("payload", type_=LargeBinary),
-            *shared,
-            _P("p_hash", type_=LargeBinary),
-            xact,
-        ).select_from(moved)
+        one = {
+            "version": _P("p_head", type_=Integer),
+            "event_id": _P("event_id", type_=Text),
+            "type": _P("type", type_=Text),
+            "turn": _P("p_turn", type_=Integer),
+            "payload": _P("payload", type_=LargeBinary),
+            "hash": _P("p_hash", type_=LargeBinary),
+        }
+        values = _event_values({**one, **shared, "session_pk": moved.c.pk}, xact)
         assert not snapshots, "one event from scalars has no snapshot parts"
-        return insert(events).from_select(_EVENT_INSERT, one).add_cte(moved)
-    u = _arrays(
-        "u",
-        version=("e_versions", Integer),
-        event_id=("e_ids", Text),
-        type=("e_types", Text),
-        turn=("e_turns", Integer),
-        payload=("e_payloads", LargeBinary),
-        hash=("e_hashes", LargeBinary),
-    )
-    each = select(
-        moved.c.pk, u.c.version, u.c.event_id, u.c.type, u.c.turn, u.c.payload, *shared, u.c.hash, xact
-    ).select_from(moved).join(u, true())
-    ins = insert(events).from_select(_EVENT_INSERT, each).returning(literal_column("1")).cte("ins")
+        return insert(events).from_select(_EVENT_INSERT, select(*values).select_from(moved)).add_cte(moved)
+    u = _arrays("u", **_EVENT_ARRAYS)
+    values = _event_values({**u.c, **shared, "session_pk": moved.c.pk}, xact)
+    each = select(*values).select_from(moved).join(u, true())
+    ins = insert(events).from_select(_EVENT_INSERT, each).returning(_int(1)).cte("ins")
     stmt = select(func.count()).select_from(ins)
     return stmt.add_cte(*_snapshot_writes(moved, keyed=False)) if snapshots else stmt
 
@@ -280,38 +298,21 @@ def append_batches_stmt() -> Any:
     u = _arrays(
         "u",
         pk=("e_pks", Integer),
-        version=("e_versions", Integer),
-        event_id=("e_ids", Text),
-        type=("e_types", Text),
-        turn=("e_turns", Integer),
-        payload=("e_payloads", LargeBinary),
+        **_EVENT_ARRAYS,
         recorded_at=("e_times", BigInteger),
         actor=("e_actors", Text),
         metadata=("e_metas", LargeBinary),
-        hash=("e_hashes", LargeBinary),
         native=("e_natives", LargeBinary),
     )
+    values = _event_values({**u.c, "session_pk": u.c.pk}, _feed_xact(u.c.pk, b.c.old_head))
     each = (
-        select(
-            u.c.pk,
-            u.c.version,
-            u.c.event_id,
-            u.c.type,
-            u.c.turn,
-            u.c.payload,
-            u.c.recorded_at,
-            u.c.actor,
-            u.c.metadata,
-            u.c.hash,
-            _feed_xact(u.c.pk, b.c.old_head),
-            u.c.native,
-        )
+        select(*values, u.c.native)
         .select_from(u)
         .join(b, b.c.pk == u.c.pk)
         .where(u.c.pk.in_(select(moved.c.pk)))
     )
     ins = insert(events).from_select([*_EVENT_INSERT, "native"], each).cte("ins")
-    done = select(func.coalesce(func.array_agg(moved.c.pk), literal_column("'{}'")))
+    done = select(func.coalesce(func.array_agg(moved.c.pk), inline("{}", Text)))
     return done.add_cte(ins, *_snapshot_writes(moved, keyed=True))
 
 
@@ -361,49 +362,74 @@ def feed_barrier_stmt() -> Any:
 # with generate_series; the codec compressed them, so the server sends them as stored, a
 # fifth of the state's bytes), and the tail payloads joined in version order. Python then
 # unpacks the blobs and parses two JSON arrays. Branches get only their row (the lineage is
-# read the general way). LATERAL joins rather than CTEs: cheaper to plan,
-# which is most of a cold load's server time. {KEY} is how the snapshot and event scans
-# name the session's key (see LOAD_BY_KEY).
-LOAD_TEMPLATE = f"""
-SELECT s.pk, s.id, s.parent_pk, s.fork_version, s.head, s.head_hash, s.head_turn,
-       s.baseline, s.baseline_hash, s.baseline_turn, s.created_at,
-       n.version, n.rest, m.bodies, m.n_digests, m.n_found, t.payloads, t.n
-FROM sessions s
-LEFT JOIN LATERAL (
-    -- `|| ''` detoasts the digests once, here, not once per message in the split below.
-    SELECT x.version, x.rest, x.message_digests || ''::bytea AS md
-    FROM snapshots x
-    WHERE x.session_pk = {{KEY}} AND s.parent_pk IS NULL AND x.version > 0
-      AND x.version <= COALESCE(%(version)s::int, s.head)
-      AND (x.reducer_version = %(rv)s OR x.version = s.baseline)
-    ORDER BY x.version DESC
-    LIMIT 1
-) n ON true
-LEFT JOIN LATERAL (
-    -- One index probe per digest, as a scalar subquery: a join here may be planned as a
-    -- hash join over every blob of every session.
-    SELECT array_agg(c.body ORDER BY c.i) AS bodies,
-           count(*) AS n_digests, count(c.body) AS n_found
-    FROM (
-        SELECT g.i, (
-            SELECT b.body FROM snapshot_blobs b
-            WHERE b.digest = substring(n.md FROM g.i * {DIGEST_SIZE} + 1 FOR {DIGEST_SIZE})
-        ) AS body
-        FROM generate_series(0, length(n.md) / {DIGEST_SIZE} - 1) AS g(i)
-        OFFSET 0  -- keeps the subquery from being inlined twice, into both aggregates
-    ) c
-) m ON true
-LEFT JOIN LATERAL (
-    SELECT string_agg(e.payload, ','::bytea ORDER BY e.version) AS payloads, count(*) AS n
-    FROM events e
-    WHERE s.parent_pk IS NULL AND e.session_pk = {{KEY}}
-      AND e.version > COALESCE(n.version, 0)
-      AND e.version <= COALESCE(%(version)s::int, s.head)
-) t ON true
-WHERE s.id = %(id)s
-"""
-LOAD = LOAD_TEMPLATE.replace("{KEY}", "s.pk")
-# The same with the session's key given as well, when the storage knows it (see
-# KEY_PARAM): the partitions of other sessions are pruned when the execution starts.
-LOAD_BY_KEY = LOAD_TEMPLATE.replace("{KEY}", KEY_PARAM) + "  AND s.pk = %(pk)s::int\n"
-
+# read the general way). LATERAL joins rather than CTEs: cheaper to plan, which is most of
+# a cold load's server time. Its constants are inlined (:func:`_int`), as the statement
+# was planned with them: a parameter in their place (`LIMIT $n`) is estimated blind.
+def load_stmt(*, by_key: bool) -> Any:
+    """The head load (see above); ``by_key``: with the session's key given as well, when
+    the storage knows it (see :func:`_key`): the partitions of other sessions are pruned
+    when the execution starts."""
+    s = sessions.alias("s")
+    key = _key("pk") if by_key else s.c.pk
+    root = s.c.parent_pk.is_(None)
+    upto = func.coalesce(_P("version", type_=Integer), s.c.head)
+    x = snapshots.alias("x")
+    n = (
+        select(
+            x.c.version,
+            x.c.rest,
+            # `|| ''` detoasts the digests once, here, not once per message in the split below.
+            x.c.message_digests.concat(_bytea("")).label("md"),
+        )
+        .where(
+            x.c.session_pk == key,
+            root,
+            x.c.version > _int(0),
+            x.c.version <= upto,
+            or_(x.c.reducer_version == _P("rv"), x.c.version == s.c.baseline),
+        )
+        .order_by(x.c.version.desc())
+        .limit(_int(1))
+        .lateral("n")
+    )
+    # One index probe per digest, as a scalar subquery: a join here may be planned as a
+    # hash join over every blob of every session.
+    g = func.generate_series(_int(0), func.length(n.c.md, type_=Integer) // _int(DIGEST_SIZE) - _int(1))
+    g = g.table_valued("i").render_derived(name="g")
+    b = snapshot_blobs.alias("b")
+    part = func.substring(n.c.md, g.c.i * _int(DIGEST_SIZE) + _int(1), _int(DIGEST_SIZE))
+    body = select(b.c.body).where(b.c.digest == part).correlate_except(b).scalar_subquery()
+    # OFFSET 0 keeps the subquery from being inlined twice, into both aggregates.
+    c = select(g.c.i, body.label("body")).offset(_int(0)).subquery("c")
+    m = select(
+        func.array_agg(aggregate_order_by(c.c.body, c.c.i)).label("bodies"),
+        func.count().label("n_digests"),
+        func.count(c.c.body).label("n_found"),
+    ).lateral("m")
+    e = events.alias("e")
+    comma = _bytea(",")
+    t = (
+        select(
+            func.string_agg(e.c.payload, aggregate_order_by(comma, e.c.version)).label("payloads"),
+            func.count().label("n"),
+        )
+        .where(
+            root,
+            e.c.session_pk == key,
+            e.c.version > func.coalesce(n.c.version, _int(0)),
+            e.c.version <= upto,
+        )
+        .lateral("t")
+    )
+    stmt = (
+        select(
+            s.c.pk, s.c.id, s.c.parent_pk, s.c.fork_version, s.c.head, s.c.head_hash,
+            s.c.head_turn, s.c.baseline, s.c.baseline_hash, s.c.baseline_turn, s.c.created_at,
+            n.c.version, n.c.rest, m.c.bodies, m.c.n_digests, m.c.n_found, t.c.payloads, t.c.n,
+        )
+        .select_from(
+            s.outerjoin(n, true()).outerjoin(m, true()).outerjoin(t, true())
+        )
+        .where(s.c.id == _P("id"))
+    )
+    return stmt.where(s.c.pk == _P("pk", type_=Integer)) if by_key else stmt

@@ -7,7 +7,7 @@ from typing import Any
 
 import psycopg
 from psycopg.rows import namedtuple_row
-from sqlalchemy import Connection, bindparam, create_engine, event, func, literal_column, select
+from sqlalchemy import Connection, Integer, bindparam, create_engine, event, func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -22,7 +22,7 @@ from eventstore.storage.postgres.notifier import AsyncListenProbe, ListenProbe, 
 from eventstore.storage.postgres.partitions import migration_options, partition_count
 from eventstore.storage.postgres.statements import (
     BAND_SETTINGS,
-    FEED_XACT,
+    feed_xact,
     MIGRATION_LOCK,
     SEAL_CALL,
     feed_barrier_stmt,
@@ -30,6 +30,7 @@ from eventstore.storage.postgres.statements import (
 )
 from eventstore.storage.schema import events
 from eventstore.storage.sql import Compiled, FairAsyncQueuePool
+from eventstore.storage.sql.statements import inline
 from eventstore.storage.watch import AsyncProbe, Probe, Signal
 
 __all__ = ["PostgresStorage"]
@@ -106,6 +107,7 @@ class PostgresStorage(HotAppends, HotLoads):
         super().__init__(engine, url)
         self._q_feed_barrier = Compiled(feed_barrier_stmt(), engine.dialect)
         self._append_queries()
+        self._load_queries()
         self._q_seal_call = Compiled(SEAL_CALL, engine.dialect)
 
     def _migration_options(self, conn: Connection) -> dict[str, Any]:
@@ -155,11 +157,11 @@ class PostgresStorage(HotAppends, HotLoads):
             select(prev.c.xact)
             .where(
                 prev.c.session_pk == bindparam("session_pk"),
-                prev.c.version == bindparam("version") - literal_column("1"),
+                prev.c.version == bindparam("version") - inline(1, Integer),
             )
             .scalar_subquery()
         )
-        return func.greatest(literal_column(FEED_XACT), earlier)
+        return func.greatest(feed_xact(), earlier)
 
     def _restore_xacts(self, tx: Tx, n: int, below: int, above: int) -> list[int] | None:
         # The feed's order is (xact, session, version): with the number of the session's

@@ -4,62 +4,107 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import partial
 from typing import Any
 
 import psycopg
 import psycopg.errors
+from psycopg.rows import namedtuple_row
+from sqlalchemy import ARRAY, BigInteger, Integer, Text, bindparam, case, cast, column, func, or_, select, table
+from sqlalchemy.dialects.postgresql import OID, REGCLASS
+from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 
+from eventstore.storage.postgres.statements import set_config
 from eventstore.storage.schema import BRIN_PAGES_PER_RANGE
+from eventstore.storage.sql.statements import Compiled, inline
 
 _log = logging.getLogger(__name__)
 
-__all__ = ["SUMMARIZE_EVERY", "SUMMARIZE_RANGES", "FeedIndexSummarizer"]
+__all__ = ["SUMMARIZE_EVERY", "SUMMARIZE_RANGES", "FeedIndexSummarizer", "summarize_stmt"]
 
 #: The feed's BRIN index is summarized by the writers' notifier at most this often (s).
 SUMMARIZE_EVERY = 1.0
 #: Ranges summarized by one statement at most (a restarted store starts from the first).
 SUMMARIZE_RANGES = 4096
 
-# Summarizes the complete ranges of every BRIN index on the events table (or on its
-# partitions) from where this store got to, leaving the newest range (and one more:
-# concurrent writers fill their own pages) to inserts. Its lock conflicts with VACUUM's
-# and with itself: one store at a time summarizes (the others skip at once, returning no
-# rows), and rather than wait for a VACUUM it gives up and tries again later. {done}:
-# (index, start) rows; it returns each index's next start.
-_SUMMARIZE = f"""
-SET LOCAL lock_timeout = '50ms';
-WITH done(idx, start) AS (VALUES (0::oid, 0::bigint){{done}}),
-mine AS (
-    SELECT pg_try_advisory_xact_lock(
-        hashtextextended('eventstore summarize ' || 'events'::regclass::oid::text, 0)) AS ok
-),
-ix AS (
-    SELECT i.indexrelid AS idx,
-           pg_relation_size(i.indrelid) / current_setting('block_size')::bigint AS pages
-    FROM pg_index i
-    JOIN pg_class c ON c.oid = i.indexrelid
-    JOIN pg_am a ON a.oid = c.relam
-    WHERE (SELECT ok FROM mine) AND a.amname = 'brin' AND (
-        i.indrelid = 'events'::regclass
-        OR i.indrelid IN (SELECT relid FROM pg_partition_tree('events') WHERE isleaf))
-),
-todo AS (
-    SELECT ix.idx,
-           CASE WHEN coalesce(d.start, 0) > ix.pages THEN 0 ELSE coalesce(d.start, 0) END AS start,
-           ix.pages - 2 * {BRIN_PAGES_PER_RANGE} AS last
-    FROM ix LEFT JOIN done d ON d.idx = ix.idx
-),
-span AS (
-    SELECT idx, start, least(last, start + {BRIN_PAGES_PER_RANGE * (SUMMARIZE_RANGES - 1)}) AS stop
-    FROM todo
-)
-SELECT idx::bigint,
-       CASE WHEN stop < start THEN start
-            ELSE start + ((stop - start) / {BRIN_PAGES_PER_RANGE} + 1) * {BRIN_PAGES_PER_RANGE} END,
-       (SELECT count(*) FROM generate_series(start, stop, {BRIN_PAGES_PER_RANGE}) b
-        WHERE brin_summarize_range(idx::regclass, b) > 0)
-FROM span
-"""
+_R = BRIN_PAGES_PER_RANGE
+_int = partial(inline, type_=Integer)
+_pg_index = table("pg_index", column("indexrelid", OID), column("indrelid", OID))
+_pg_class = table("pg_class", column("oid", OID), column("relam", OID))
+_pg_am = table("pg_am", column("oid", OID), column("amname", Text))
+
+
+def summarize_stmt() -> Any:
+    """Summarize the complete ranges of every BRIN index on the events table (or on its
+    partitions) from where this store got to (``idx`` and ``start``: arrays of indexes and
+    their next start), leaving the newest range (and one more: concurrent writers fill
+    their own pages) to inserts; one row an index: its next start and how many ranges
+    were summarized.
+
+    One store at a time summarizes (an advisory lock: the others skip at once, returning
+    no rows). Its constants are written into the statement, which is compiled once."""
+    events_oid = cast(cast(inline("events", Text), REGCLASS), OID)
+    d = (
+        func.unnest(bindparam("idx", type_=ARRAY(BigInteger)), bindparam("start", type_=ARRAY(BigInteger)))
+        .table_valued(column("idx", BigInteger), column("start", BigInteger))
+        .render_derived(name="done")
+    )
+    key = func.hashtextextended(inline("eventstore summarize ", Text) + cast(events_oid, Text), _int(0))
+    mine = select(func.pg_try_advisory_xact_lock(key).label("ok")).cte("mine")
+    leaves = func.pg_partition_tree(inline("events", Text)).table_valued("relid", "isleaf")
+    i, c, a = _pg_index.alias("i"), _pg_class.alias("c"), _pg_am.alias("a")
+    ix = (
+        select(
+            i.c.indexrelid.label("idx"),
+            (
+                func.pg_relation_size(i.c.indrelid, type_=BigInteger)
+                // cast(func.current_setting(inline("block_size", Text)), BigInteger)
+            ).label("pages"),
+        )
+        .select_from(i.join(c, c.c.oid == i.c.indexrelid).join(a, a.c.oid == c.c.relam))
+        .where(
+            select(mine.c.ok).scalar_subquery(),
+            a.c.amname == inline("brin", Text),
+            or_(
+                i.c.indrelid == events_oid,
+                i.c.indrelid.in_(select(leaves.c.relid).where(leaves.c.isleaf)),
+            ),
+        )
+        .cte("ix")
+    )
+    start = func.coalesce(d.c.start, _int(0))
+    todo = (
+        select(
+            ix.c.idx,
+            case((start > ix.c.pages, _int(0)), else_=start).label("start"),
+            (ix.c.pages - _int(2 * _R)).label("last"),
+        )
+        .select_from(ix.outerjoin(d, cast(d.c.idx, OID) == ix.c.idx))
+        .cte("todo")
+    )
+    span = select(
+        todo.c.idx,
+        todo.c.start,
+        func.least(todo.c.last, todo.c.start + _int(_R * (SUMMARIZE_RANGES - 1)), type_=BigInteger).label("stop"),
+    ).cte("span")
+    b = func.generate_series(span.c.start, span.c.stop, _int(_R)).column_valued("b")
+    summarized = (
+        select(func.count())
+        .where(func.brin_summarize_range(cast(span.c.idx, REGCLASS), b) > _int(0))
+        .scalar_subquery()
+    )
+    ranges = (span.c.stop - span.c.start) // _int(_R) + _int(1)
+    return select(
+        cast(span.c.idx, BigInteger).label("idx"),
+        case((span.c.stop < span.c.start, span.c.start), else_=span.c.start + ranges * _int(_R)).label("next"),
+        summarized.label("summarized"),
+    )
+
+
+_SUMMARIZE = Compiled(summarize_stmt(), psycopg_dialect())
+#: Its lock conflicts with VACUUM's and with itself: rather than wait for a VACUUM it gives
+#: up and tries again later (the setting holds until the summary's transaction ends).
+_LOCK_TIMEOUT = set_config("lock_timeout", "50ms", local=True)
 
 
 class FeedIndexSummarizer:
@@ -87,12 +132,13 @@ class FeedIndexSummarizer:
         if self._cannot_summarize or (now < self._summarize_at and not final):
             return
         self._summarize_at = now + SUMMARIZE_EVERY
-        done = "".join(f", ({int(i)}::oid, {int(b)}::bigint)" for i, b in self._summarized.items())
+        done = {"idx": list(self._summarized), "start": list(self._summarized.values())}
         try:
-            cur = conn.execute(_SUMMARIZE.format(done=done))
-            while cur.description is None and cur.nextset():
-                pass
-            rows = cur.fetchall()
+            with conn.transaction():
+                conn.execute(_LOCK_TIMEOUT)
+                cur = conn.cursor(row_factory=namedtuple_row)
+                cur.execute(_SUMMARIZE.sql, _SUMMARIZE.args(done))
+                rows = cur.fetchall()
         except psycopg.errors.LockNotAvailable:
             return  # VACUUM holds the table: next time
         except psycopg.OperationalError:
@@ -102,8 +148,8 @@ class FeedIndexSummarizer:
             self._cannot_summarize = True
             return
         if rows:  # none: another store is summarizing
-            self._summarized = {int(i): int(start) for i, start, _ in rows}
-            self.summarized += sum(int(n) for _, _, n in rows)
+            self._summarized = {int(r.idx): int(r.next) for r in rows}
+            self.summarized += sum(int(r.summarized) for r in rows)
         else:
             # Said on the log, so an operator (and a test) can see a skip happen.
             _log.debug("feed index not summarized: another store is summarizing it")

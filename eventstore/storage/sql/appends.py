@@ -26,6 +26,8 @@ from eventstore.storage.sql.statements import (
     SESSION_COLS,
     WITH_HEAD_EVENT,
     chunks,
+    event_params,
+    event_values,
     head_move_params,
     session_row,
 )
@@ -263,47 +265,14 @@ class SessionWrites(SqlTransactions):
             # to the driver's executemany, no per-row dict.
             cur = tx.connection.cursor()
             try:
-                cur.executemany(
-                    q.sql,
-                    [
-                        (
-                            r.session_pk,
-                            r.version,
-                            r.event_id,
-                            r.type,
-                            r.turn,
-                            r.payload,
-                            r.recorded_at,
-                            r.actor,
-                            r.metadata,
-                            r.hash,
-                            r.native,
-                        )
-                        for r in rows
-                    ],
-                )
+                cur.executemany(q.sql, [event_values(r) for r in rows])
             finally:
                 cur.close()
             return
         self._runmany(
             tx,
             self._q_insert_events,
-            [
-                {
-                    "session_pk": r.session_pk,
-                    "version": r.version,
-                    "event_id": r.event_id,
-                    "type": r.type,
-                    "turn": r.turn,
-                    "payload": r.payload,
-                    "recorded_at": r.recorded_at,
-                    "actor": r.actor,
-                    "metadata": r.metadata,
-                    "hash": r.hash,
-                    "native": r.native,
-                }
-                for r in rows
-            ],
+            [event_params(r) for r in rows],
         )
 
     def _restore_events(self, tx: Tx, rows: Sequence[EventRow], *, before: int) -> bool:
@@ -327,7 +296,7 @@ class SessionWrites(SqlTransactions):
         # Not the hot insert: a restore is rare, and its feed numbers are given, not computed.
         tx.execute(
             insert(events),
-            [{**{f: getattr(r, f) for f in EVENT_KEYS}, "xact": x} for r, x in zip(rows, xacts)],
+            [{**event_params(r), "xact": x} for r, x in zip(rows, xacts)],
         )
         return True
 

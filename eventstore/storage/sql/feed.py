@@ -7,6 +7,7 @@ from typing import Any, Literal, overload
 
 from eventstore.core.rows import Band, FeedBarrier, FeedRow
 from eventstore.storage.interface import AsyncChangeWatcher, ChangeWatcher, Tx
+from eventstore.storage.sql.statements import event_values
 from eventstore.storage.sql.transactions import SqlTransactions
 from eventstore.storage.watch import TaskWatcher, ThreadWatcher
 
@@ -18,22 +19,9 @@ NO_BARRIER = 2**63 - 1
 
 def _feed_rows(rows: Sequence[Any], session_id: Callable[[int], str]) -> list[FeedRow]:
     """The feed rows of a band's rows (:func:`read_band_stmt`), each session's id by its key."""
+    # EventRow's fields but native, then the feed's own, then native (see FeedRow).
     return [
-        FeedRow(
-            r.session_pk,
-            r.version,
-            r.event_id,
-            r.type,
-            r.turn,
-            r.payload,
-            r.recorded_at,
-            r.actor,
-            r.metadata,
-            r.hash,
-            r.xact,
-            session_id(r.session_pk),
-            r.native,
-        )
+        FeedRow(*event_values(r)[:-1], r.xact, session_id(r.session_pk), r.native)
         for r in rows
     ]
 

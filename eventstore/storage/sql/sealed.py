@@ -30,6 +30,7 @@ from eventstore.core.rows import (
     ZERO_HASH,
     EventRow,
     FeedRow,
+    LoadParts,
     SealableTurn,
     SealedEvent,
     SegmentHead,
@@ -246,6 +247,27 @@ class Sealing:
             out += [(e.row.version, e.row.payload) for e in self._decode(_head(r), r[8]) if after < e.row.version <= upto]
         out.sort()
         return tuple(out)
+
+    def _complete_load(
+        self,
+        row: SessionRow,
+        base: int,
+        upto: int,
+        n_tail: int,
+        segments: Callable[[], Sequence[Any]],
+        **parts: Any,
+    ) -> LoadParts:
+        """A load's parts from the snapshot at ``base`` and the ``n_tail`` payloads read as
+        rows. If some of ``(base, upto]`` are sealed, their payloads (from the rows of
+        :data:`S_SEGMENTS` that ``segments`` reads: one more round trip) are merged in by
+        version; any other gap, or a race with a seal or a compaction, leaves the load to
+        the general path (the row alone)."""
+        sealed: tuple[tuple[int, bytes], ...] = ()
+        if n_tail != upto - base:
+            sealed = self._sealed_payloads(segments(), base, upto)
+            if n_tail + len(sealed) != upto - base:
+                return LoadParts(row)
+        return LoadParts(row, complete=True, snap_version=base, n_tail=n_tail, sealed=sealed, **parts)
 
     def _sealed_event_at(self, tx: Tx, session_pk: int, version: int) -> EventRow | None:
         found = self._merge_range(tx, session_pk, [], after=version - 1, upto=version, limit=None, desc=False)

@@ -214,23 +214,15 @@ class Snapshots(SqlTransactions):
             payloads = self._fetchcolumn(
                 tx, self._q_read_payloads, {"pk": row.pk, "after": base, "upto": v}
             )
-            sealed: tuple[tuple[int, bytes], ...] = ()
-            if len(payloads) != v - base:
-                # Some are sealed: their payloads are merged in by version (any other gap
-                # takes the general path).
-                found = self._fetchall(tx, self._q_segments, {"pk": row.pk, "after": base, "upto": v})
-                sealed = self._sealed_payloads(found, base, v)
-                if len(payloads) + len(sealed) != v - base:
-                    return LoadParts(row)
-        return LoadParts(
-            row,
-            complete=True,
-            snap_version=base,
-            rest=rest,
-            bodies=bodies,
-            n_digests=n_digests,
-            n_found=n_found,
-            tail=b",".join(payloads),
-            n_tail=len(payloads),
-            sealed=sealed,
-        )
+            return self._complete_load(
+                row,
+                base,
+                v,
+                len(payloads),
+                lambda: self._fetchall(tx, self._q_segments, {"pk": row.pk, "after": base, "upto": v}),
+                rest=rest,
+                bodies=bodies,
+                n_digests=n_digests,
+                n_found=n_found,
+                tail=b",".join(payloads),
+            )

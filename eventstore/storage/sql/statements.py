@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import namedtuple
 from collections.abc import Iterator, Mapping, Sequence
+from operator import attrgetter
 from typing import Any
 
 from sqlalchemy import (
@@ -15,6 +16,7 @@ from sqlalchemy import (
     func,
     insert,
     literal,
+    literal_column,
     null,
     select,
     tuple_,
@@ -29,6 +31,9 @@ from eventstore.storage.schema import EVENT_COLUMNS, events, sessions, snapshot_
 
 __all__ = [
     "chunks",
+    "event_values",
+    "event_params",
+    "inline",
     "head_move_params",
     "Compiled",
     "insert_events_stmt",
@@ -43,10 +48,26 @@ __all__ = [
 CHUNK = 500
 
 EVENT_KEYS = tuple(c.name for c in EVENT_COLUMNS)  # EventRow's field order
+#: An event's values (an EventRow, or a row naming the columns) in EventRow's field order.
+event_values = attrgetter(*EVENT_KEYS)
+
+
+def event_params(r: EventRow) -> dict[str, Any]:
+    """An event's values by column name (the parameters of an insert into ``events``)."""
+    return dict(zip(EVENT_KEYS, event_values(r)))
 SESSION_COLS = tuple(sessions.c)
 SNAPSHOT_COLS = tuple(snapshots.c)
 #: A version above every version a session can have (versions are int4).
 MAX_VERSION = 2**31 - 1
+
+
+def inline(value: int | str, type_: Any) -> Any:
+    """A constant written into the statement, not bound: where the planner must see its
+    value (a bound `LIMIT $n` is estimated blind), or where a statement is sent as a
+    query string of its own with its values inlined. Rendered by SQLAlchemy, untyped in
+    the SQL (``'events'``, not ``CAST('events' AS TEXT)``), so the server infers its type."""
+    sql = literal(value, type_).compile(compile_kwargs={"literal_binds": True})
+    return literal_column(str(sql), type_)
 
 
 def chunks(seq: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
