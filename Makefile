@@ -16,8 +16,11 @@ TEST_WORKERS ?= 2
 DEMO_STAMP := $(VENV)/.demo-stamp
 # The ai npm package (both majors the AI SDK adapter supports) judges its streams in the tests.
 JS_STAMP := tests/js/node_modules/.installed-stamp
+# The Agents SDK's own session tests (tests/test_openai_agents.py runs them), fetched from
+# the SDK's sdist into a cache outside the repository, at the version the test extra pins.
+AGENTS_VERSION := $(shell sed -n 's/.*"openai-agents==\([0-9.]*\)".*/\1/p' pyproject.toml | head -n 1)
 
-.PHONY: test test-fast install demo bench lint clean
+.PHONY: test test-fast install demo bench lint clean agents-tests
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,13 +40,18 @@ $(JS_STAMP): tests/js/package.json tests/js/package-lock.json
 	npm ci --prefix tests/js --no-audit --no-fund
 	touch $(JS_STAMP)
 
+# Nothing but print the cache's directory when it holds them already.
+agents-tests:
+	$(PYTHON) scripts/fetch-agents-tests $(AGENTS_VERSION) >/dev/null
+
 test: export SE_OFFLINE = true
 # Every pytest process (the workers, the serial phase, the Agents SDK's own tests) would
 # otherwise rewrite and compile each test module again: about 3 s of CPU each.
 test: export PYTHONDONTWRITEBYTECODE =
 test:
-	@# The two installs mostly wait on the network: side by side, whatever `make -j` says.
-	@$(MAKE) --no-print-directory -j2 $(STAMP) $(JS_STAMP)
+	@# The installs and the fetch mostly wait on the network: side by side, whatever
+	@# `make -j` says (the fetch would otherwise be a test's setup, on a worker's clock).
+	@$(MAKE) --no-print-directory -j3 $(STAMP) $(JS_STAMP) agents-tests
 	scripts/ensure-chromium
 	# The suite starts the CLI and other programs many times: with the bytecode cache
 	# written once, before the workers start, no run recompiles the package.

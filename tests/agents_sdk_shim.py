@@ -7,7 +7,10 @@ of the SDK's test files. The backend comes from ``EVENTSTORE_AGENTS_BACKEND``
 
 ``SQLiteSession(session_id, db_path=":memory:", ..., session_settings=None)`` keeps its
 call shape: each distinct ``db_path`` is one database (a SQLite file; on PostgreSQL a
-schema of its own), and ``":memory:"`` a new one per session, as SQLite gives.
+schema of its own), and ``":memory:"`` a new one per session, as SQLite gives. Each new
+database is a copy of this process's migrated template (tests/db_templates.py), as the
+store fixtures make them: the session's own ``migrate()`` then finds nothing to do,
+rather than run every revision for each of the tests' sessions (most of the run's time).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 
 import agents
 import agents.memory
+import db_templates as templates
 
 from eventstore.integrations.openai_agents import EventStoreSession
 
@@ -37,22 +41,24 @@ def _url_for(db_path: Any) -> str:
     if BACKEND == "sqlite":
         if key == ":memory:":
             key = str(Path(_memory_dir.name) / f"{uuid.uuid4().hex}.db")
-        return f"sqlite:///{key}"
-    import psycopg
-
+        return _migrated(key, f"sqlite:///{key}")
     admin = os.environ["EVENTSTORE_TEST_PG_URL"]
-    if key == ":memory:" or key not in _schemas:
-        schema = f"sdk_{uuid.uuid4().hex[:16]}"
-        with psycopg.connect(_dsn(admin), autocommit=True) as conn:
-            conn.execute(f'CREATE SCHEMA "{schema}"')
-        if key != ":memory:":
-            _schemas[key] = schema
-        else:
-            _schemas[f":memory:{schema}"] = schema
-    else:
-        schema = _schemas[key]
     sep = "&" if "?" in admin else "?"
-    return f"{admin}{sep}options=-csearch_path%3D{schema}"
+    if key != ":memory:" and key in _schemas:
+        return f"{admin}{sep}options=-csearch_path%3D{_schemas[key]}"
+    schema = f"sdk_{uuid.uuid4().hex[:16]}"
+    templates.admin_execute(_dsn(admin), f'CREATE SCHEMA "{schema}"')
+    _schemas[key if key != ":memory:" else f":memory:{schema}"] = schema
+    return _migrated(schema, f"{admin}{sep}options=-csearch_path%3D{schema}")
+
+
+def _migrated(name: str, url: str) -> str:
+    """``url``, its database (``name``: a file or a schema) a copy of the migrated template
+    when nothing is in it yet (a ``db_path`` a test made itself is left as it is)."""
+    templates.offer(name)
+    templates.fill(url, {})
+    templates.withdraw(name)
+    return url
 
 
 class SQLiteSession(EventStoreSession):
@@ -76,10 +82,6 @@ def pytest_configure(config: Any) -> None:
 
 def pytest_unconfigure(config: Any) -> None:
     _memory_dir.cleanup()
-    if not _schemas:
-        return
-    import psycopg
-
-    with psycopg.connect(_dsn(os.environ["EVENTSTORE_TEST_PG_URL"]), autocommit=True) as conn:
-        for schema in _schemas.values():
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    for schema in _schemas.values():
+        templates.admin_execute(_dsn(os.environ["EVENTSTORE_TEST_PG_URL"]), f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    templates.close()

@@ -27,6 +27,7 @@ Each rule is also checked to fail when broken (`test_the_rules_catch_a_break`).
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 from pathlib import Path
 
@@ -36,6 +37,15 @@ import eventstore
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "eventstore"
+
+
+@functools.lru_cache(maxsize=None)
+def _parse(text: str, filename: str = "<unknown>") -> ast.Module:
+    """``ast.parse``, once per source text in a test process: most rules walk every file of
+    the package, and parsing them was most of this module's time. Keyed on the text itself,
+    so a source a test changes (``test_the_rules_catch_a_break``) is parsed anew; the rules
+    only read the trees."""
+    return ast.parse(text, filename=filename)
 
 
 def _imports_of(tree: ast.AST, path: Path) -> list[tuple[str, list[str]]]:
@@ -61,7 +71,7 @@ def _imports_of(tree: ast.AST, path: Path) -> list[tuple[str, list[str]]]:
 
 
 def _imports(path: Path) -> list[tuple[str, list[str]]]:
-    return _imports_of(ast.parse(path.read_text(), filename=str(path)), path)
+    return _imports_of(_parse(path.read_text(), str(path)), path)
 
 
 def _offenders(files: list[Path], forbidden: tuple[str, ...]) -> list[str]:
@@ -132,7 +142,7 @@ def _layer_breaks(layer: str, sources: dict[Path, str]) -> list[str]:
     """Every import (and, in the core, every clock read) that breaks ``layer``'s rule."""
     bad = []
     for path, text in sources.items():
-        tree = ast.parse(text, filename=str(path))
+        tree = _parse(text, str(path))
         for mod, _ in _imports_of(tree, path):
             if any(mod == p or mod.startswith(p + ".") for p in LAYER_RULES[layer]):
                 bad.append(f"{path.relative_to(ROOT)} imports {mod}")
@@ -190,7 +200,7 @@ def _storage_reads(sources: dict[Path, str]) -> list[str]:
     return [
         f"{path.relative_to(ROOT)}:{node.lineno} reads .storage"
         for path, text in sources.items()
-        for node in ast.walk(ast.parse(text, filename=str(path)))
+        for node in ast.walk(_parse(text, str(path)))
         if isinstance(node, ast.Attribute) and node.attr == "storage"
     ]
 
@@ -235,7 +245,7 @@ STORAGE_ATTRIBUTES = {"dialect", "safe_url", "feed_banded"}
 
 def _storage_members(source: str) -> tuple[set[str], set[str]]:
     """The public methods and the data attributes of ``class Storage`` in ``source``."""
-    tree = ast.parse(source)
+    tree = _parse(source)
     (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Storage"]
     methods = {
         n.name
@@ -281,7 +291,7 @@ def test_the_storage_interface_size_check_catches_a_new_method() -> None:
 
 def test_the_imports_walker_sees_relative_imports() -> None:
     fake = PKG / "engine" / "example.py"
-    tree = ast.parse("from ..core import reducer\nfrom .planner import AppendPlanner\n")
+    tree = _parse("from ..core import reducer\nfrom .planner import AppendPlanner\n")
     assert _imports_of(tree, fake) == [
         ("eventstore.core", ["reducer"]),
         ("eventstore.engine.planner", ["AppendPlanner"]),
@@ -300,7 +310,7 @@ def _non_public_imports(sources: dict[Path, str]) -> list[str]:
     public = set(eventstore.__all__)
     bad = []
     for path, text in sources.items():
-        for mod, names in _imports_of(ast.parse(text, filename=str(path)), path):
+        for mod, names in _imports_of(_parse(text, str(path)), path):
             if mod == "eventstore.samples" and path.is_relative_to(ROOT / "cli"):
                 continue  # the demo's sample data: importable, not in the public namespace
             if mod == "eventstore":
@@ -356,7 +366,7 @@ def _type_checking_imports(tree: ast.Module) -> dict[str, str]:
 def test_all_comes_from_the_one_table_and_the_static_imports_match_it() -> None:
     """``__all__`` is the table's names; the imports static checkers read are the same
     names from the same modules (so a name added to one place and not the other fails)."""
-    tree = ast.parse((PKG / "__init__.py").read_text())
+    tree = _parse((PKG / "__init__.py").read_text())
     groups = next(
         ast.literal_eval(node.value)
         for node in tree.body
@@ -393,7 +403,7 @@ def test_only_the_package_init_imports_the_facade_module() -> None:
 
 def _private_reads(path: Path, names: tuple[str, ...]) -> list[str]:
     """``x._attr`` reads in a file where ``x`` is one of ``names`` (dunders aside)."""
-    tree = ast.parse(path.read_text(), filename=str(path))
+    tree = _parse(path.read_text(), str(path))
     return [
         f"{path.relative_to(ROOT)}:{node.lineno} reads {node.value.id}.{node.attr}"  # type: ignore[attr-defined]
         for node in ast.walk(tree)
@@ -410,7 +420,7 @@ def _facade_private_attributes() -> set[str]:
     return {
         node.attr
         for facade in FACADES
-        for node in ast.walk(ast.parse(facade.read_text()))
+        for node in ast.walk(_parse(facade.read_text()))
         if isinstance(node, ast.Attribute)
         and isinstance(node.value, ast.Name)
         and node.value.id == "self"
@@ -426,7 +436,7 @@ def test_nothing_reads_the_facades_private_attributes() -> None:
     for f in _py_files():
         if f in FACADES:
             continue
-        tree = ast.parse(f.read_text(), filename=str(f))
+        tree = _parse(f.read_text(), str(f))
         bad += [
             f"{f.relative_to(ROOT)}:{node.lineno} reads ._{node.attr[1:]}"
             for node in ast.walk(tree)
@@ -486,7 +496,7 @@ DEFERRED = {("storage/__init__.py", "_open"), ("storage/sql/transactions.py", "m
 def test_no_function_imports_a_package_module_in_its_body() -> None:
     bad = []
     for f in sorted(PKG.rglob("*.py")):
-        tree = ast.parse(f.read_text(), filename=str(f))
+        tree = _parse(f.read_text(), str(f))
         for fn in ast.walk(tree):
             if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 for node in ast.walk(fn):
