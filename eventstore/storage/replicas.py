@@ -54,7 +54,7 @@ from eventstore.core.rows import Band, LoadParts, TurnBatch
 from eventstore.errors import StorageError
 from eventstore.storage.interface import AsyncChangeWatcher, ChangeWatcher, SegmentCoder, Tx
 from eventstore.storage.postgres import PostgresStorage
-from eventstore.storage.sql import Compiled, SqlStorage
+from eventstore.storage.sql import Compiled, SqlStorage, compiled
 from eventstore.storage.sql.statements import inline
 from eventstore.storage.urls import mask_url
 
@@ -219,10 +219,10 @@ class ReplicatedPostgresStorage(PostgresStorage):
         urls = _replica_urls(replicas)
         super().__init__(url, **options)
         d = self.engine.dialect
-        self._q_primary_lsn = Compiled(S_PRIMARY_LSN, d)
-        self._q_status = Compiled(S_REPLICA_STATUS, d)
-        self._q_replica_identity = Compiled(S_REPLICA_IDENTITY, d)
-        self._q_primary_identity = Compiled(S_PRIMARY_IDENTITY, d)
+        self._q_primary_lsn = compiled(S_PRIMARY_LSN, d)
+        self._q_status = compiled(S_REPLICA_STATUS, d)
+        self._q_replica_identity = compiled(S_REPLICA_IDENTITY, d)
+        self._q_primary_identity = compiled(S_PRIMARY_IDENTITY, d)
         self._replicas = [
             _Replica(PostgresStorage(read_only_url(u), **options), mask_url(u)) for u in urls
         ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import partial
+from functools import cache, partial
 from typing import Any
 
 from sqlalchemy import (
@@ -34,7 +34,7 @@ from eventstore.core.rows import DIGEST_SIZE
 from eventstore.storage.catalogue import EFFECT_TYPES, catalogue_values
 from eventstore.storage.postgres.feed_barrier import writers_barrier
 from eventstore.storage.schema import EVENT_COLUMNS, events, sessions, snapshot_blobs, snapshots
-from eventstore.storage.sql.statements import S_MOVE_HEAD, Compiled, inline, upsert_snapshot
+from eventstore.storage.sql.statements import S_MOVE_HEAD, Compiled, inline, shared, upsert_snapshot
 
 __all__ = [
     "feed_xact",
@@ -205,6 +205,7 @@ def _event_values(event: Mapping[str, Any], xact: Any) -> list[Any]:
     return [event[c] for c in _EVENT_INSERT[:-1]] + [xact]
 
 
+@cache
 def append_stmt(*, rows: bool, snapshots: bool) -> Any:
     """PostgreSQL's append of one session's batch: one statement, one round trip, its own
     transaction (run in autocommit).
@@ -246,6 +247,7 @@ def append_stmt(*, rows: bool, snapshots: bool) -> Any:
     return stmt.add_cte(*_snapshot_writes(moved, keyed=False)) if snapshots else stmt
 
 
+@cache
 def append_batches_stmt() -> Any:
     """A group commit of batches (streaming turns', or the async store's plain appends) in
     one statement, one round trip, its own transaction: :func:`append_stmt` for many
@@ -319,6 +321,12 @@ def append_batches_stmt() -> Any:
 def compile_hot(stmt: Any, dialect: Any) -> Compiled:
     """A hot statement compiled once, its bytes and arrays sent in binary (psycopg's
     ``%b``): psycopg's text quoting of a hundred bytea elements costs milliseconds."""
+    q: Compiled = shared(stmt, dialect, "hot", lambda: _compile_hot(stmt, dialect))
+    return q
+
+
+def _compile_hot(stmt: Any, dialect: Any) -> Compiled:
+    # Changed here, before it is shared (see shared).
     q = Compiled(stmt, dialect)
     for name, bind in stmt.compile(dialect=dialect).binds.items():
         if isinstance(bind.type, (LargeBinary, ARRAY)):
@@ -350,6 +358,7 @@ SEAL_CALL = select(
 BAND_SETTINGS = set_config("enable_seqscan", "off", local=True)
 
 
+@cache
 def feed_barrier_stmt() -> Any:
     """The barrier, and whether committed rows wait at or above it — in one snapshot."""
     b = select(snapshot_xmin().label("below")).subquery("b")
@@ -365,6 +374,7 @@ def feed_barrier_stmt() -> Any:
 # read the general way). LATERAL joins rather than CTEs: cheaper to plan, which is most of
 # a cold load's server time. Its constants are inlined (:func:`_int`), as the statement
 # was planned with them: a parameter in their place (`LIMIT $n`) is estimated blind.
+@cache
 def load_stmt(*, by_key: bool) -> Any:
     """The head load (see above); ``by_key``: with the session's key given as well, when
     the storage knows it (see :func:`_key`): the partitions of other sessions are pruned

@@ -29,7 +29,7 @@ from eventstore.storage.postgres.statements import (
     snapshot_xmin,
 )
 from eventstore.storage.schema import events
-from eventstore.storage.sql import Compiled, FairAsyncQueuePool
+from eventstore.storage.sql import Compiled, FairAsyncQueuePool, compiled
 from eventstore.storage.sql.statements import inline
 from eventstore.storage.watch import AsyncProbe, Probe, Signal
 
@@ -105,10 +105,10 @@ class PostgresStorage(HotAppends, HotLoads):
         event.listen(engine, "reset", on_reset)
         event.listen(engine, "checkout", self._on_checkout)
         super().__init__(engine, url)
-        self._q_feed_barrier = Compiled(feed_barrier_stmt(), engine.dialect)
+        self._q_feed_barrier = compiled(feed_barrier_stmt(), engine.dialect)
         self._append_queries()
         self._load_queries()
-        self._q_seal_call = Compiled(SEAL_CALL, engine.dialect)
+        self._q_seal_call = compiled(SEAL_CALL, engine.dialect)
 
     def _migration_options(self, conn: Connection) -> dict[str, Any]:
         return migration_options(conn, self.partitions, self.safe_url)

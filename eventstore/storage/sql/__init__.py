@@ -6,8 +6,8 @@ present" / upsert, and how a driver error is classified.
 """
 
 from eventstore.storage.sql.fair_pool import FairAsyncQueuePool
-from eventstore.storage.sql.statements import Compiled, session_row
+from eventstore.storage.sql.statements import Compiled, compiled, session_row
 from eventstore.storage.sql.storage import SqlStorage
 from eventstore.storage.sql.transactions import ErrorKind
 
-__all__ = ["Compiled", "ErrorKind", "FairAsyncQueuePool", "SqlStorage", "session_row"]
+__all__ = ["Compiled", "compiled", "ErrorKind", "FairAsyncQueuePool", "SqlStorage", "session_row"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import cache
 from typing import Any
 
 from sqlalchemy import and_, bindparam, delete, exists, func, or_, select
@@ -17,6 +18,7 @@ from eventstore.storage.sql.statements import (
     SNAPSHOT_COLS,
     Compiled,
     chunks,
+    compiled,
     session_row,
 )
 from eventstore.storage.sql.transactions import SqlTransactions
@@ -66,6 +68,33 @@ def drop_snapshots(tx: Tx, *where: Any) -> tuple[int, set[bytes]]:
     return len(mds), set(refs)
 
 
+@cache
+def latest_stmt(n_segments: int, n_baselines: int) -> Any:
+    """The newest usable snapshot of a lineage with that many segments and baselines (one
+    statement object per shape, so its compiled form is shared: see ``compiled``)."""
+    at_baseline = [
+        and_(snapshots.c.session_pk == _P(f"bpk{i}"), snapshots.c.version == _P(f"bv{i}"))
+        for i in range(n_baselines)
+    ]
+    usable = or_(snapshots.c.reducer_version == _P("rv"), *at_baseline)
+    # A snapshot *at* a segment's lower end is the state of the previous segment's
+    # tip, so it is as good as one inside: `version >= after` (but never version 0).
+    within = or_(
+        *(
+            and_(
+                snapshots.c.session_pk == _P(f"spk{i}"),
+                snapshots.c.version > 0,
+                snapshots.c.version >= _P(f"sa{i}"),
+                snapshots.c.version <= _P(f"su{i}"),
+            )
+            for i in range(n_segments)
+        ),
+        *at_baseline,
+    )
+    by_version = snapshots.c.version.desc()
+    return select(*SNAPSHOT_COLS).where(within, usable).order_by(by_version).limit(1)
+
+
 class Snapshots(SqlTransactions):
     """Writing and finding snapshots, and the load that starts from one."""
 
@@ -74,32 +103,8 @@ class Snapshots(SqlTransactions):
         key = (n_segments, n_baselines)
         q = self._q_latest.get(key)
         if q is None:
-            at_baseline = [
-                and_(snapshots.c.session_pk == _P(f"bpk{i}"), snapshots.c.version == _P(f"bv{i}"))
-                for i in range(n_baselines)
-            ]
-            usable = or_(snapshots.c.reducer_version == _P("rv"), *at_baseline)
-            # A snapshot *at* a segment's lower end is the state of the previous segment's
-            # tip, so it is as good as one inside: `version >= after` (but never version 0).
-            within = or_(
-                *(
-                    and_(
-                        snapshots.c.session_pk == _P(f"spk{i}"),
-                        snapshots.c.version > 0,
-                        snapshots.c.version >= _P(f"sa{i}"),
-                        snapshots.c.version <= _P(f"su{i}"),
-                    )
-                    for i in range(n_segments)
-                ),
-                *at_baseline,
-            )
-            stmt = (
-                select(*SNAPSHOT_COLS)
-                .where(within, usable)
-                .order_by(snapshots.c.version.desc())
-                .limit(1)
-            )
-            q = self._q_latest[key] = Compiled(stmt, self.engine.dialect)
+            q = compiled(latest_stmt(n_segments, n_baselines), self.engine.dialect)
+            self._q_latest[key] = q
         return q
 
     def snapshots(

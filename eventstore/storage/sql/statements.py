@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 from collections import namedtuple
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from functools import cache
 from operator import attrgetter
 from typing import Any
 
@@ -24,6 +26,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.expression import SelectBase
+from sqlalchemy.util import memoized_property
 
 from eventstore.core.rows import DIGEST_SIZE, CatalogueEffect, EventRow, SessionRow
 from eventstore.storage.catalogue import CATALOGUE_VALUES, effect_params
@@ -36,6 +39,9 @@ __all__ = [
     "inline",
     "head_move_params",
     "Compiled",
+    "compiled",
+    "shared",
+    "dialect_key",
     "insert_events_stmt",
     "read_feed_stmt",
     "read_band_stmt",
@@ -105,6 +111,61 @@ class Compiled:
         if self.keys is None:
             return params
         return tuple(params[k] for k in self.keys)
+
+
+# Statements compiled by every store a process opens (the CLI opens one per command, the
+# tests thousands): (id of the statement, variant, dialect_key) -> (statement, value).
+# The entry holds the statement, so its id is not reused while the entry lives; the
+# statements are module constants or built by memoized builders, so this stays small.
+_SHARED: dict[tuple[Any, ...], tuple[Any, Any]] = {}
+_SCALARS = (str, int, float, bool, type(None), tuple)
+
+
+def dialect_key(dialect: Dialect) -> tuple[Any, ...]:
+    """What of a dialect can change a statement's compiled text: its class (the compiler,
+    the class-wide flags) and every attribute set on the instance, by value where it is a
+    plain value (paramstyle, server_version_info, flags set at first connect), else by type
+    (the identifier preparer, the type compiler), but for SQLAlchemy's memos (values it
+    derives from the rest, set by the first compilation). Errs on the side of compiling
+    again."""
+    attrs = []
+    derived = _memoized(type(dialect))
+    for k, v in vars(dialect).items():
+        if k in derived:
+            continue
+        if isinstance(v, _SCALARS):
+            try:
+                hash(v)
+            except TypeError:  # a tuple holding a list
+                v = repr(v)
+            attrs.append((k, v))
+        else:
+            attrs.append((k, type(v)))
+    return (type(dialect), tuple(sorted(attrs)))
+
+
+@cache
+def _memoized(cls: type) -> frozenset[str]:
+    """The attributes a dialect class memoizes on its instances (``memoized_property``)."""
+    return frozenset(
+        k for k in dir(cls) if isinstance(inspect.getattr_static(cls, k, None), memoized_property)
+    )
+
+
+def shared(stmt: Any, dialect: Dialect, variant: Hashable, build: Callable[[], Any]) -> Any:
+    """``build()``, made once per process for this statement object, ``variant`` and
+    dialect (see :func:`dialect_key`). What ``build`` returns is shared: never mutate it.
+    Two threads may both build on a miss; both get a whole value, and the first one kept."""
+    key = (id(stmt), variant, dialect_key(dialect))
+    hit = _SHARED.get(key)
+    if hit is None or hit[0] is not stmt:
+        hit = _SHARED.setdefault(key, (stmt, build()))
+    return hit[1]
+
+
+def compiled(stmt: Any, dialect: Dialect, *, row: type | None = None) -> Compiled:
+    """``Compiled(stmt, dialect, row=row)``, compiled once per process (see :func:`shared`)."""
+    return shared(stmt, dialect, ("compiled", row), lambda: Compiled(stmt, dialect, row=row))
 
 
 def _row_type(stmt: Any, row: type | None) -> Any:
@@ -180,6 +241,7 @@ def head_move_params(
     }
 
 
+@cache
 def insert_events_stmt(xact: Any) -> Any:
     """The INSERT of one event row, its columns bound by name and ``xact`` given by the
     dialect's expression (see :meth:`SqlStorage._new_xact`)."""
@@ -195,6 +257,7 @@ _FEED_KEY = tuple_(events.c.xact, events.c.session_pk, events.c.version)
 _FEED_COLS = (*EVENT_COLUMNS[:-1], events.c.xact, sessions.c.id.label("session_id"), events.c.native)
 
 
+@cache
 def read_feed_stmt() -> Any:
     """The feed's page after a key, where ``xact`` is unique and the table's own key
     (SQLite): a range scan of the table after ``:x``, each row's session id looked up by
@@ -208,6 +271,7 @@ def read_feed_stmt() -> Any:
     )
 
 
+@cache
 def read_band_stmt(barrier: Any) -> Any:
     """A banded feed's page (PostgreSQL): the rows with ``:x <= xact <= :upto`` after the
     key, cut at ``:lim``, and below ``barrier`` (a SQL expression) — which the statement
@@ -321,6 +385,7 @@ def upsert_snapshot(stmt: Any) -> Any:
     )
 
 
+@cache
 def ordered_blobs_stmt() -> Any:
     """The bodies of the ``n`` digests concatenated in ``md``, one row each, in their order
     (NULL for a missing blob): a recursive CTE counts 0..n-1 and slices the digests."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -37,6 +37,7 @@ from eventstore.storage.sql.statements import (
     S_TURN_MOVE,
     S_TURN_MOVE_RELEASE,
     Compiled,
+    compiled,
     insert_events_stmt,
     ordered_blobs_stmt,
     read_band_stmt,
@@ -62,6 +63,10 @@ class ErrorKind(enum.Enum):
     OTHER = "other"
 
 
+# The statements of _built: (class, builder, arguments) -> statement.
+_BUILT: dict[tuple[Any, ...], Any] = {}
+
+
 class SqlTransactions(Sealing, Storage):
     """Storage on a SQLAlchemy engine: what every concern of :class:`SqlStorage
     <eventstore.storage.sql.storage.SqlStorage>` builds on; subclasses supply the
@@ -78,17 +83,17 @@ class SqlTransactions(Sealing, Storage):
         self.dialect = engine.dialect.name
         self.safe_url = mask_url(url)
         d = engine.dialect
-        self._q_get_session = Compiled(S_GET_SESSION, d)
-        self._q_get_session_pk = Compiled(S_GET_SESSION_PK, d)
-        self._q_lock_session = Compiled(self._lock_clause(S_GET_SESSION), d)
-        self._q_set_head = Compiled(S_SET_HEAD, d)
-        self._q_move_head = Compiled(S_MOVE_HEAD, d)
-        self._q_insert_events = Compiled(insert_events_stmt(self._new_xact()), d)
-        self._q_feed = Compiled(read_feed_stmt(), d, row=FeedRow)
+        self._q_get_session = compiled(S_GET_SESSION, d)
+        self._q_get_session_pk = compiled(S_GET_SESSION_PK, d)
+        self._q_lock_session = compiled(self._built(self._lock_clause, S_GET_SESSION), d)
+        self._q_set_head = compiled(S_SET_HEAD, d)
+        self._q_move_head = compiled(S_MOVE_HEAD, d)
+        self._q_insert_events = compiled(insert_events_stmt(self._built(self._new_xact)), d)
+        self._q_feed = compiled(read_feed_stmt(), d, row=FeedRow)
         self._q_band = (
-            Compiled(read_band_stmt(self._feed_barrier()), d) if self.feed_banded else None
+            compiled(read_band_stmt(self._built(self._feed_barrier)), d) if self.feed_banded else None
         )
-        self._q_session_ids = Compiled(S_SESSION_IDS, d)
+        self._q_session_ids = compiled(S_SESSION_IDS, d)
         # For the banded feed's session ids and PostgreSQL's loads by key.
         self.session_keys = SessionKeys()
         self._watcher: ChangeWatcher | None = None
@@ -96,26 +101,36 @@ class SqlTransactions(Sealing, Storage):
         self._watcher_lock = threading.Lock()
         signal = self._signal()
         self._notifier = None if signal is None else Notifier(signal, name=f"eventstore-notify {self.safe_url}")
-        self._q_turn_move = Compiled(S_TURN_MOVE, d)
-        self._q_turn_release = Compiled(S_TURN_MOVE_RELEASE, d)
-        self._q_turn_claim = Compiled(S_TURN_CLAIM, d)
-        self._q_control = Compiled(S_CONTROL, d)
-        self._q_control_head = Compiled(S_CONTROL_HEAD, d)
-        self._q_read_payloads = Compiled(S_READ_PAYLOADS, d)
-        self._q_read_asc = Compiled(S_READ_EVENTS_ASC, d)
-        self._q_read_desc = Compiled(S_READ_EVENTS_DESC, d)
-        self._q_event_at = Compiled(S_EVENT_AT, d)
-        self._q_snapshots = Compiled(S_SNAPSHOTS_RANGE, d)
-        self._q_insert_blobs = Compiled(self._upsert_blobs(), d)
-        self._q_add_blob_refs = Compiled(S_ADD_BLOB_REFS, d)
-        self._q_snapshot_digests = Compiled(S_SNAPSHOT_DIGESTS, d)
-        self._q_upsert_snapshot = Compiled(self._upsert_snapshot(), d)
+        self._q_turn_move = compiled(S_TURN_MOVE, d)
+        self._q_turn_release = compiled(S_TURN_MOVE_RELEASE, d)
+        self._q_turn_claim = compiled(S_TURN_CLAIM, d)
+        self._q_control = compiled(S_CONTROL, d)
+        self._q_control_head = compiled(S_CONTROL_HEAD, d)
+        self._q_read_payloads = compiled(S_READ_PAYLOADS, d)
+        self._q_read_asc = compiled(S_READ_EVENTS_ASC, d)
+        self._q_read_desc = compiled(S_READ_EVENTS_DESC, d)
+        self._q_event_at = compiled(S_EVENT_AT, d)
+        self._q_snapshots = compiled(S_SNAPSHOTS_RANGE, d)
+        self._q_insert_blobs = compiled(self._built(self._upsert_blobs), d)
+        self._q_add_blob_refs = compiled(S_ADD_BLOB_REFS, d)
+        self._q_snapshot_digests = compiled(S_SNAPSHOT_DIGESTS, d)
+        self._q_upsert_snapshot = compiled(self._built(self._upsert_snapshot), d)
         self._q_latest: dict[tuple[int, int], Compiled] = {}
-        self._q_ordered_blobs = Compiled(ordered_blobs_stmt(), d)
+        self._q_ordered_blobs = compiled(ordered_blobs_stmt(), d)
         self._sealed_queries()
 
     def _compile(self, stmt: Any) -> Compiled:
-        return Compiled(stmt, self.engine.dialect)
+        return compiled(stmt, self.engine.dialect)
+
+    def _built(self, build: Callable[..., Any], *args: Any) -> Any:
+        """``build(*args)``, a statement builder of this class, built once per process per
+        class and arguments: the builders read nothing of the instance, and the same
+        statement object lets :func:`compiled` share its compiled form across stores."""
+        key = (type(self), build.__func__, args)  # type: ignore[attr-defined]
+        stmt = _BUILT.get(key)
+        if stmt is None:
+            stmt = _BUILT.setdefault(key, build(*args))
+        return stmt
 
     def _session_row(self, r: Any) -> SessionRow:
         return session_row(r)
