@@ -71,8 +71,9 @@ def test_marks_made_while_a_sign_is_in_flight_are_coalesced_into_one() -> None:
 def test_commits_soon_after_a_sign_wait_for_the_spacing_and_share_one_sign() -> None:
     signal = _Gated()
     notifier = Notifier(signal, name="test-notify", spacing=0.3)
-    notifier.mark()
+    # Before the mark: the spacing runs from the first sign's start, inside mark().
     first = time.monotonic()
+    notifier.mark()
     assert signal.started == 1  # sent at once, by the writer's own thread
     for _ in range(50):
         notifier.mark()  # a busy writer: its commits share the next sign
