@@ -36,6 +36,18 @@ def _reply(driver: Any) -> str:
         "return m ? [...m.querySelectorAll('.text')].map((t) => t.textContent).join('') : '';"))
 
 
+def _started(driver: Any, said: str) -> bool:
+    """Whether the reply to the message starting with ``said`` shows its first words.
+
+    Until the new reply's first text arrives, the last assistant message on the page is the
+    previous reply: a word count alone is met at once by a long previous reply, and a reload
+    made then can reach the server before the message it sent (the reloaded page reads an
+    idle session and has nothing to resume).
+    """
+    reply = _reply(driver)
+    return reply.startswith(f"You said: {said}") and len(reply.split(" ")) >= 6
+
+
 def _say(driver: Any, text: str) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
@@ -60,7 +72,7 @@ def test_the_chat_page_streams_stops_and_resumes_after_a_reload(db_url: str, bro
         assert driver.find_elements(By.CSS_SELECTOR, ".msg b") == []  # text, never markup
 
         _say(driver, f"a story: {STORY}")
-        _until(lambda: len(_reply(driver).split(" ")) >= 6, "the reply to start")
+        _until(lambda: _started(driver, "a story:"), "the reply to start")
         driver.find_element(By.ID, "stop").click()
         _until(lambda: driver.find_element(By.ID, "status").text == "Stopped.", "the stop")
         _until(lambda: driver.find_element(By.ID, "send").is_enabled(), "the page to be ready")
@@ -68,7 +80,7 @@ def test_the_chat_page_streams_stops_and_resumes_after_a_reload(db_url: str, bro
         assert stopped.startswith("You said: a story:") and not stopped.endswith("word149")
 
         _say(driver, f"another story: {STORY}")
-        _until(lambda: len(_reply(driver).split(" ")) >= 6, "the reply to start")
+        _until(lambda: _started(driver, "another story:"), "the reply to start")
         cut = _reply(driver)
         driver.refresh()
         full = f"You said: another story: {STORY}"
