@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import cache, partial
+from functools import cache
 from typing import Any
 
 from sqlalchemy import (
@@ -34,7 +34,7 @@ from eventstore.core.rows import DIGEST_SIZE
 from eventstore.storage.catalogue import EFFECT_TYPES, catalogue_values
 from eventstore.storage.postgres.feed_barrier import writers_barrier
 from eventstore.storage.schema import EVENT_COLUMNS, events, sessions, snapshot_blobs, snapshots
-from eventstore.storage.sql.statements import S_MOVE_HEAD, Compiled, inline, shared, upsert_snapshot
+from eventstore.storage.sql.statements import S_MOVE_HEAD, Compiled, inline, inline_int, shared, upsert_snapshot
 
 __all__ = [
     "feed_xact",
@@ -56,7 +56,6 @@ __all__ = [
 MIGRATION_LOCK = 0x4E5F_7A31
 
 _P = bindparam
-_int = partial(inline, type_=Integer)  # an integer constant (see inline)
 
 
 def _bytea(text: str) -> Any:
@@ -165,7 +164,7 @@ def _snapshot_writes(moved: Any, keyed: bool) -> tuple[Any, Any]:
     if keyed:
         blobs = (
             select(
-                b.c.digest, array_agg(b.c.body)[_int(1)], cast(func.sum(b.c.refs), Integer)
+                b.c.digest, array_agg(b.c.body)[inline_int(1)], cast(func.sum(b.c.refs), Integer)
             )
             .where(b.c.pk.in_(select(moved.c.pk)))
             .group_by(b.c.digest)
@@ -242,7 +241,7 @@ def append_stmt(*, rows: bool, snapshots: bool) -> Any:
     u = _arrays("u", **_EVENT_ARRAYS)
     values = _event_values({**u.c, **shared, "session_pk": moved.c.pk}, xact)
     each = select(*values).select_from(moved).join(u, true())
-    ins = insert(events).from_select(_EVENT_INSERT, each).returning(_int(1)).cte("ins")
+    ins = insert(events).from_select(_EVENT_INSERT, each).returning(inline_int(1)).cte("ins")
     stmt = select(func.count()).select_from(ins)
     return stmt.add_cte(*_snapshot_writes(moved, keyed=False)) if snapshots else stmt
 
@@ -394,23 +393,23 @@ def load_stmt(*, by_key: bool) -> Any:
         .where(
             x.c.session_pk == key,
             root,
-            x.c.version > _int(0),
+            x.c.version > inline_int(0),
             x.c.version <= upto,
             or_(x.c.reducer_version == _P("rv"), x.c.version == s.c.baseline),
         )
         .order_by(x.c.version.desc())
-        .limit(_int(1))
+        .limit(inline_int(1))
         .lateral("n")
     )
     # One index probe per digest, as a scalar subquery: a join here may be planned as a
     # hash join over every blob of every session.
-    g = func.generate_series(_int(0), func.length(n.c.md, type_=Integer) // _int(DIGEST_SIZE) - _int(1))
+    g = func.generate_series(inline_int(0), func.length(n.c.md, type_=Integer) // inline_int(DIGEST_SIZE) - inline_int(1))
     g = g.table_valued("i").render_derived(name="g")
     b = snapshot_blobs.alias("b")
-    part = func.substring(n.c.md, g.c.i * _int(DIGEST_SIZE) + _int(1), _int(DIGEST_SIZE))
+    part = func.substring(n.c.md, g.c.i * inline_int(DIGEST_SIZE) + inline_int(1), inline_int(DIGEST_SIZE))
     body = select(b.c.body).where(b.c.digest == part).correlate_except(b).scalar_subquery()
     # OFFSET 0 keeps the subquery from being inlined twice, into both aggregates.
-    c = select(g.c.i, body.label("body")).offset(_int(0)).subquery("c")
+    c = select(g.c.i, body.label("body")).offset(inline_int(0)).subquery("c")
     m = select(
         func.array_agg(aggregate_order_by(c.c.body, c.c.i)).label("bodies"),
         func.count().label("n_digests"),
@@ -426,7 +425,7 @@ def load_stmt(*, by_key: bool) -> Any:
         .where(
             root,
             e.c.session_pk == key,
-            e.c.version > func.coalesce(n.c.version, _int(0)),
+            e.c.version > func.coalesce(n.c.version, inline_int(0)),
             e.c.version <= upto,
         )
         .lateral("t")

@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import logging
 import time
-from functools import partial
 from typing import Any
 
 import psycopg
 import psycopg.errors
 from psycopg.rows import namedtuple_row
-from sqlalchemy import ARRAY, BigInteger, Integer, Text, bindparam, case, cast, column, func, or_, select, table
+from sqlalchemy import ARRAY, BigInteger, Text, bindparam, case, cast, column, func, or_, select, table
 from sqlalchemy.dialects.postgresql import OID, REGCLASS
 from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 
 from eventstore.storage.postgres.statements import set_config
 from eventstore.storage.schema import BRIN_PAGES_PER_RANGE
-from eventstore.storage.sql.statements import Compiled, inline
+from eventstore.storage.sql.statements import Compiled, inline, inline_int
 
 _log = logging.getLogger(__name__)
 
@@ -28,7 +27,6 @@ SUMMARIZE_EVERY = 1.0
 SUMMARIZE_RANGES = 4096
 
 _R = BRIN_PAGES_PER_RANGE
-_int = partial(inline, type_=Integer)
 _pg_index = table("pg_index", column("indexrelid", OID), column("indrelid", OID))
 _pg_class = table("pg_class", column("oid", OID), column("relam", OID))
 _pg_am = table("pg_am", column("oid", OID), column("amname", Text))
@@ -49,7 +47,7 @@ def summarize_stmt() -> Any:
         .table_valued(column("idx", BigInteger), column("start", BigInteger))
         .render_derived(name="done")
     )
-    key = func.hashtextextended(inline("eventstore summarize ", Text) + cast(events_oid, Text), _int(0))
+    key = func.hashtextextended(inline("eventstore summarize ", Text) + cast(events_oid, Text), inline_int(0))
     mine = select(func.pg_try_advisory_xact_lock(key).label("ok")).cte("mine")
     leaves = func.pg_partition_tree(inline("events", Text)).table_valued("relid", "isleaf")
     i, c, a = _pg_index.alias("i"), _pg_class.alias("c"), _pg_am.alias("a")
@@ -72,12 +70,12 @@ def summarize_stmt() -> Any:
         )
         .cte("ix")
     )
-    start = func.coalesce(d.c.start, _int(0))
+    start = func.coalesce(d.c.start, inline_int(0))
     todo = (
         select(
             ix.c.idx,
-            case((start > ix.c.pages, _int(0)), else_=start).label("start"),
-            (ix.c.pages - _int(2 * _R)).label("last"),
+            case((start > ix.c.pages, inline_int(0)), else_=start).label("start"),
+            (ix.c.pages - inline_int(2 * _R)).label("last"),
         )
         .select_from(ix.outerjoin(d, cast(d.c.idx, OID) == ix.c.idx))
         .cte("todo")
@@ -85,18 +83,18 @@ def summarize_stmt() -> Any:
     span = select(
         todo.c.idx,
         todo.c.start,
-        func.least(todo.c.last, todo.c.start + _int(_R * (SUMMARIZE_RANGES - 1)), type_=BigInteger).label("stop"),
+        func.least(todo.c.last, todo.c.start + inline_int(_R * (SUMMARIZE_RANGES - 1)), type_=BigInteger).label("stop"),
     ).cte("span")
-    b = func.generate_series(span.c.start, span.c.stop, _int(_R)).column_valued("b")
+    b = func.generate_series(span.c.start, span.c.stop, inline_int(_R)).column_valued("b")
     summarized = (
         select(func.count())
-        .where(func.brin_summarize_range(cast(span.c.idx, REGCLASS), b) > _int(0))
+        .where(func.brin_summarize_range(cast(span.c.idx, REGCLASS), b) > inline_int(0))
         .scalar_subquery()
     )
-    ranges = (span.c.stop - span.c.start) // _int(_R) + _int(1)
+    ranges = (span.c.stop - span.c.start) // inline_int(_R) + inline_int(1)
     return select(
         cast(span.c.idx, BigInteger).label("idx"),
-        case((span.c.stop < span.c.start, span.c.start), else_=span.c.start + ranges * _int(_R)).label("next"),
+        case((span.c.stop < span.c.start, span.c.start), else_=span.c.start + ranges * inline_int(_R)).label("next"),
         summarized.label("summarized"),
     )
 

@@ -10,6 +10,7 @@ from operator import attrgetter
 from typing import Any
 
 from sqlalchemy import (
+    Integer,
     LargeBinary,
     and_,
     any_,
@@ -37,6 +38,7 @@ __all__ = [
     "event_values",
     "event_params",
     "inline",
+    "inline_int",
     "head_move_params",
     "Compiled",
     "compiled",
@@ -74,6 +76,11 @@ def inline(value: int | str, type_: Any) -> Any:
     the SQL (``'events'``, not ``CAST('events' AS TEXT)``), so the server infers its type."""
     sql = literal(value, type_).compile(compile_kwargs={"literal_binds": True})
     return literal_column(str(sql), type_)
+
+
+def inline_int(value: int) -> Any:
+    """An integer constant written into the statement (see :func:`inline`)."""
+    return inline(value, Integer)
 
 
 def chunks(seq: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
