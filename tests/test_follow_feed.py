@@ -894,6 +894,20 @@ def test_the_feed_of_a_replicated_store_reads_a_replica_that_has_replayed_its_wr
         replicated.close()
 
 
+def _leave_summaries_to_the_store(conn: psycopg.Connection[Any]) -> list[str]:
+    """Keep autovacuum from summarizing the feed's BRIN ranges behind the store's back
+    (returns the leaf tables of ``events``). ``autovacuum_enabled = false`` alone is not
+    enough: the index's ``autosummarize`` work items are run by the next autovacuum worker
+    to visit the database whatever the table says, at a moment of the launcher's choosing."""
+    leaves = "SELECT relid::regclass::text FROM pg_partition_tree(%s) WHERE isleaf"
+    tables = [r[0] for r in conn.execute(leaves, ("events",))] or ["events"]
+    for table in tables:
+        conn.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
+    for index in [r[0] for r in conn.execute(leaves, ("ix_events_xact",))] or ["ix_events_xact"]:
+        conn.execute(f"ALTER INDEX {index} SET (autosummarize = off)")
+    return tables
+
+
 def _unsummarized_tail(url: str) -> tuple[int, int]:
     """(table pages a band above every event reads, table pages): the pages of the feed's
     BRIN ranges not summarized yet, which every band reads whatever it asks for."""
@@ -928,11 +942,7 @@ def test_postgresql_the_writing_store_summarizes_the_feed_index_as_it_goes(
     with EventStore(pg_schema, partitions=partitions, seal=False) as store:
         store.migrate()
         with psycopg.connect(_pg_dsn(pg_schema), autocommit=True) as conn:
-            tables = [r[0] for r in conn.execute(
-                "SELECT relid::regclass::text FROM pg_partition_tree('events') WHERE isleaf"
-            )] or ["events"]
-            for table in tables:
-                conn.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
+            tables = _leave_summaries_to_the_store(conn)
         for i in range(100 * (1 + partitions)):
             store.append(f"s{i % 7}", [_send(k) for k in range(100)])
         read, pages = _unsummarized_tail(pg_schema)
@@ -979,7 +989,7 @@ def _skips_while_another_summarizes(pg_schema: str, lock: str, skips: _SkipLog) 
     with EventStore(pg_schema, seal=False) as store:
         store.migrate()
         with psycopg.connect(_pg_dsn(pg_schema), autocommit=True) as other:
-            other.execute("ALTER TABLE events SET (autovacuum_enabled = false)")
+            _leave_summaries_to_the_store(other)
             other.execute(f"SELECT pg_advisory_lock({lock})")
             for i in range(100):
                 store.append(f"s{i % 7}", [_send(k) for k in range(100)])
