@@ -23,6 +23,7 @@ import asyncio
 import logging
 import itertools
 import json
+import os
 import signal
 import sqlite3
 import subprocess
@@ -595,11 +596,18 @@ def _started(db_url: str, *args: str) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # A process that never ends is asked for its threads' stacks (_finished).
+        env={**os.environ, "PYTHONFAULTHANDLER": "1"},
     )
 
 
 def _finished(p: subprocess.Popen[str]) -> tuple[int, str]:
-    _, err = p.communicate(timeout=SAFETY)
+    try:
+        _, err = p.communicate(timeout=SAFETY)
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack, then it dies
+        _, err = p.communicate(timeout=SAFETY)
+        pytest.fail(f"the process did not end within {SAFETY} s; its threads:\n{err[-8000:]}")
     return p.returncode, err
 
 
