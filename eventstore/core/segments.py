@@ -10,6 +10,11 @@ altered in any field, or glued to another chain, fails at every read with
 events' feed numbers (``xact``, not hashed) are checked the same way against
 ``xact_digest``, a digest the database computed from the rows.
 
+A :class:`SegmentCodec` remembers what it decoded, keyed by the segment's head *and* body
+bytes (see :meth:`SegmentCodec.decode`): a segment is immutable, decoding is a function of
+those bytes alone, so a hit is exactly what decoding them again would return, and a body
+or head altered in the database is a different key, decoded and checked afresh.
+
 Layout, before compression: a JSON header (the id the events were hashed under, event
 ids, types, turns, time deltas, actors, feed-number deltas and the byte lengths of the
 payloads, metadata and native data, ``-1`` for none), a newline, then the payloads, the
@@ -32,6 +37,7 @@ from eventstore.errors import SegmentCorrupt
 
 __all__ = [
     "FORMAT",
+    "SEGMENT_CACHE_BYTES",
     "SegmentCodec",
     "encode_segment",
     "decode_segment",
@@ -43,6 +49,12 @@ __all__ = [
 FORMAT = 1
 #: zlib at its best ratio: the measured choice (see benchmarks/RESULTS.md, "segment codec").
 _LEVEL = 9
+#: What a codec's decoded segments may hold before its cache is cleared (see
+#: :meth:`SegmentCodec.decode`): about 30,000 events of the benchmark's chats.
+SEGMENT_CACHE_BYTES = 16 << 20
+#: Bytes an event decoded costs beyond its fields' bytes (its row and sealed-event objects,
+#: the bytes and str headers, the ints; measured with tracemalloc: about 390).
+_EVENT_OVERHEAD = 400
 
 
 def xact_digest(xacts: Sequence[int]) -> bytes:
@@ -177,9 +189,52 @@ def chain_end(prev: bytes, hashed_as: str, rows: Sequence[EventRow]) -> bytes:
 
 class SegmentCodec:
     """The segment functions as one object: what the engine hands its storage (storage
-    moves bytes and imports no codec; see ``eventstore.storage.interface.SegmentCoder``)."""
+    moves bytes and imports no codec; see ``eventstore.storage.interface.SegmentCoder``).
+
+    Reads of a sealed session decode the same segments again and again (an old-version
+    checkout folds up to 511 sealed events, a head load the turns after its snapshot), and
+    decoding costs a SHA-256 and an object per event. So :meth:`decode` remembers its
+    results, keyed by the segment's head and body bytes, up to ``max_decoded`` bytes
+    (fields plus objects, estimated) before the cache is cleared; ``0`` keeps none.
+    Only get and set on a dict: atomic under the GIL, so threads sharing the codec need no
+    lock (the byte count may drift by a racing entry, which only moves when it clears).
+    """
 
     encode = staticmethod(encode_segment)
-    decode = staticmethod(decode_segment)
     chain_end = staticmethod(chain_end)
     xact_digest = staticmethod(xact_digest)
+
+    def __init__(self, max_decoded: int = SEGMENT_CACHE_BYTES) -> None:
+        self._max_decoded = max_decoded
+        self._decoded: dict[tuple[SegmentHead, bytes], tuple[SealedEvent, ...]] = {}
+        self._decoded_bytes = 0
+
+    @property
+    def cached_bytes(self) -> int:
+        """The estimated bytes the decoded segments remembered hold."""
+        return self._decoded_bytes
+
+    def decode(self, head: SegmentHead, body: bytes) -> list[SealedEvent]:
+        """:func:`decode_segment`, or what it returned for this head and these body bytes
+        before (a tampered segment is never a hit: its bytes are not the key's).
+
+        Raises:
+            SegmentCorrupt: as :func:`decode_segment` (a corrupt segment is not remembered).
+        """
+        if self._max_decoded <= 0:
+            return decode_segment(head, body)
+        key = (head, body)
+        found = self._decoded.get(key)
+        if found is None:
+            found = tuple(decode_segment(head, body))
+            cost = len(body) + _EVENT_OVERHEAD * len(found) + sum(
+                len(e.row.payload) + len(e.row.metadata or b"") + len(e.row.native or b"") for e in found
+            )
+            if cost > self._max_decoded:
+                return list(found)
+            if self._decoded_bytes + cost > self._max_decoded:
+                self._decoded.clear()
+                self._decoded_bytes = 0
+            self._decoded[key] = found
+            self._decoded_bytes += cost
+        return list(found)

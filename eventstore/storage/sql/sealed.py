@@ -244,7 +244,10 @@ class Sealing:
         :data:`S_SEGMENTS` (a load's sealed part of its tail)."""
         out: list[tuple[int, bytes]] = []
         for r in found:
-            out += [(e.row.version, e.row.payload) for e in self._decode(_head(r), r[8]) if after < e.row.version <= upto]
+            h = _head(r)
+            # A segment's events are its versions in order: the range is a slice of them.
+            part = self._decode(h, r[8])[max(after + 1 - h.first_version, 0) : upto + 1 - h.first_version]
+            out += [(e.row.version, e.row.payload) for e in part]
         out.sort()
         return tuple(out)
 
