@@ -56,7 +56,12 @@ class HotLoads(Connections):
         def segments() -> list[Any]:
             q = self._q_segments
             with self._errors(), self._autocommit(hot=True) as cur:
-                cur.execute(q.sql, q.args({"pk": row.pk, "after": base, "upto": v}))
+                # Binary: the bodies come as the bytes stored, not hex text to decode; and
+                # prepared like the load itself (an old-version checkout runs it every time).
+                cur.execute(
+                    q.sql, q.args({"pk": row.pk, "after": base, "upto": v}), binary=True,
+                    prepare=self._prepare_load or None,
+                )
                 return cur.fetchall()
 
         return self._complete_load(
