@@ -15,7 +15,7 @@ import pytest
 from eventstore.core import segments
 from eventstore.core.codec import canonical, recorded_hash
 from eventstore.core.rows import ZERO_HASH, EventRow, SealedEvent, SegmentHead
-from eventstore.core.segments import SegmentCodec, decode_segment, encode_segment, xact_digest
+from eventstore.core.segments import SegmentCodec, check_segment, encode_segment, xact_digest
 from eventstore.errors import SegmentCorrupt
 from eventstore.samples import chat_session
 
@@ -41,9 +41,9 @@ def decodes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     def spy(head: SegmentHead, body: bytes) -> Any:
         seen.append(head.first_version)
-        return decode_segment(head, body)
+        return check_segment(head, body)
 
-    monkeypatch.setattr(segments, "decode_segment", spy)
+    monkeypatch.setattr(segments, "check_segment", spy)
     return seen
 
 
@@ -54,7 +54,7 @@ def test_a_segment_read_again_is_served_from_the_cache_as_decoding_returns_it(de
     # Another bytes object with the same bytes: what a second read of the row returns.
     again = codec.decode(head, bytes(bytearray(body)))
     assert decodes == [1]
-    assert again == first == decode_segment(head, body)
+    assert again == first == check_segment(head, body).events()  # the unpatched one
     assert [e.row.version for e in again] == list(range(1, 41))
     again.clear()  # each read gets a list of its own
     assert len(codec.decode(head, body)) == 40 and decodes == [1]
@@ -101,3 +101,16 @@ def test_no_cache_or_a_segment_larger_than_it_decodes_every_time(decodes: list[i
     for _ in range(3):
         assert [e.row.version for e in codec.decode(head, body)] == list(range(1, 41))
     assert decodes == [1, 1, 1] and codec.cached_bytes == 0
+
+
+def test_a_loads_payloads_are_the_events_in_its_range_checked_and_remembered_alike(decodes: list[int]) -> None:
+    head, body = _segment(11, 40)  # versions 11..50
+    codec = SegmentCodec()
+    events = codec.decode(head, body)
+    for after, upto in [(0, 100), (10, 50), (10, 11), (20, 30), (49, 60), (0, 11), (30, 30)]:
+        want = [(e.row.version, e.row.payload) for e in events if after < e.row.version <= upto]
+        assert codec.payloads(head, body, after, upto) == want, (after, upto)
+    assert decodes == [11]
+    forged = body[:-1] + bytes([body[-1] ^ 1])
+    with pytest.raises(SegmentCorrupt):
+        codec.payloads(head, forged, 10, 50)

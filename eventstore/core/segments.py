@@ -26,8 +26,10 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import zlib
 from collections.abc import Sequence
+from typing import Any
 
 import orjson
 
@@ -41,6 +43,8 @@ __all__ = [
     "SegmentCodec",
     "encode_segment",
     "decode_segment",
+    "check_segment",
+    "DecodedSegment",
     "chain_end",
     "xact_digest",
 ]
@@ -101,8 +105,52 @@ def encode_segment(events: Sequence[SealedEvent], hashed_as: str) -> bytes:
     return bytes([FORMAT]) + zlib.compress(raw, _LEVEL)
 
 
-def decode_segment(head: SegmentHead, body: bytes) -> list[SealedEvent]:
-    """The events a segment stands for, their hashes recomputed and checked.
+class DecodedSegment:
+    """A segment's events once checked, as columns: the row objects (two per event, a
+    third of the decoding's cost) are built the first time :meth:`events` is asked for,
+    and a load, which needs only payloads, never builds them (:meth:`payloads`)."""
+
+    __slots__ = ("head", "_payloads", "_cols", "_events")
+
+    def __init__(self, head: SegmentHead, payloads: list[bytes], cols: tuple[list[Any], ...]) -> None:
+        self.head = head
+        self._payloads = payloads
+        # ids, types, turns, times, actors, metadata, native data, hashes, feed numbers
+        self._cols = cols
+        self._events: tuple[SealedEvent, ...] | None = None
+
+    def __len__(self) -> int:
+        return len(self._payloads)
+
+    def field_bytes(self) -> int:
+        """The bytes of the events' payloads, metadata and native data."""
+        _, _, _, _, _, metas, natives, _, _ = self._cols
+        return sum(map(len, self._payloads)) + sum(len(m) for m in metas if m) + sum(len(n) for n in natives if n)
+
+    def events(self) -> list[SealedEvent]:
+        """The events, in version order (a list of its own for each caller)."""
+        if self._events is None:
+            ids, types, turns, times, actors, metas, natives, hashes, xacts = self._cols
+            pk, first = self.head.session_pk, self.head.first_version
+            self._events = tuple(
+                SealedEvent(
+                    EventRow(pk, first + i, ids[i], types[i], turns[i], p, times[i], actors[i], metas[i], hashes[i], natives[i]),
+                    xacts[i],
+                )
+                for i, p in enumerate(self._payloads)
+            )
+        return list(self._events)
+
+    def payloads(self, after: int, upto: int) -> list[tuple[int, bytes]]:
+        """``(version, payload)`` of the events in ``(after, upto]``, in version order."""
+        first = self.head.first_version
+        lo = max(after + 1 - first, 0)
+        part = self._payloads[lo : max(upto + 1 - first, 0)]
+        return list(zip(range(first + lo, first + lo + len(part)), part))
+
+
+def check_segment(head: SegmentHead, body: bytes) -> DecodedSegment:
+    """A segment decoded, its hashes recomputed and checked.
 
     Raises:
         SegmentCorrupt: the body does not decode, or its events do not hash to the
@@ -116,8 +164,8 @@ def decode_segment(head: SegmentHead, body: bytes) -> list[SealedEvent]:
         cut = raw.index(b"\n")
         h = orjson.loads(raw[:cut])
         n = head.last_version - head.first_version + 1
-        cols = [h["id"], h["ty"], h["tu"], h["t"], h["a"], h["x"], h["p"], h["m"], h["n"]]
-        if any(len(c) != n for c in cols):
+        ids, types, turns, dt, actors, dx = h["id"], h["ty"], h["tu"], h["t"], h["a"], h["x"]
+        if any(len(c) != n for c in (ids, types, turns, dt, actors, dx, h["p"], h["m"], h["n"])):
             raise ValueError("columns of the wrong length")
         pos = cut + 1
 
@@ -135,33 +183,28 @@ def decode_segment(head: SegmentHead, body: bytes) -> list[SealedEvent]:
         if pos != len(raw):
             raise ValueError("trailing bytes")
         hashed_as = h["s"]
-        out: list[SealedEvent] = []
-        prev, t, x = head.prev_hash, 0, 0
+        times = list(itertools.accumulate(dt))
+        xacts = list(itertools.accumulate(dx))
+        hashes: list[bytes] = []
+        prev = head.prev_hash
         for i in range(n):
-            t += h["t"][i]
-            x += h["x"][i]
-            version = head.first_version + i
             payload = payloads[i]
-            assert payload is not None
-            digest = chain_hash(
+            if payload is None:
+                raise ValueError("an event without a payload")
+            prev = chain_hash(
                 prev,
                 session_id=hashed_as,
-                version=version,
-                event_id=h["id"][i],
-                type=h["ty"][i],
-                turn=h["tu"][i],
+                version=head.first_version + i,
+                event_id=ids[i],
+                type=types[i],
+                turn=turns[i],
                 payload=payload,
-                recorded_at=t,
-                actor=h["a"][i],
+                recorded_at=times[i],
+                actor=actors[i],
                 metadata=metas[i],
                 native=natives[i],
             )
-            row = EventRow(
-                head.session_pk, version, h["id"][i], h["ty"][i], h["tu"][i], payload, t,
-                h["a"][i], metas[i], digest, natives[i],
-            )
-            out.append(SealedEvent(row, x))
-            prev = digest
+            hashes.append(prev)
     except SegmentCorrupt:
         raise
     except Exception as exc:  # noqa: BLE001 - any decoding failure is corruption
@@ -172,11 +215,20 @@ def decode_segment(head: SegmentHead, body: bytes) -> list[SealedEvent]:
         raise SegmentCorrupt(
             f"{where} was altered: its events do not hash to its end hash", version=head.first_version
         )
-    if xact_digest([e.xact for e in out]) != head.xact_digest:
+    if xact_digest(xacts) != head.xact_digest:
         raise SegmentCorrupt(
             f"{where} was altered: its feed numbers do not match their digest", version=head.first_version
         )
-    return out
+    return DecodedSegment(head, payloads, (ids, types, turns, times, actors, metas, natives, hashes, xacts))  # type: ignore[arg-type]
+
+
+def decode_segment(head: SegmentHead, body: bytes) -> list[SealedEvent]:
+    """The events a segment stands for, their hashes recomputed and checked.
+
+    Raises:
+        SegmentCorrupt: as :func:`check_segment`.
+    """
+    return check_segment(head, body).events()
 
 
 def chain_end(prev: bytes, hashed_as: str, rows: Sequence[EventRow]) -> bytes:
@@ -206,7 +258,7 @@ class SegmentCodec:
 
     def __init__(self, max_decoded: int = SEGMENT_CACHE_BYTES) -> None:
         self._max_decoded = max_decoded
-        self._decoded: dict[tuple[SegmentHead, bytes], tuple[SealedEvent, ...]] = {}
+        self._decoded: dict[tuple[SegmentHead, bytes], DecodedSegment] = {}
         self._decoded_bytes = 0
 
     @property
@@ -219,22 +271,29 @@ class SegmentCodec:
         before (a tampered segment is never a hit: its bytes are not the key's).
 
         Raises:
-            SegmentCorrupt: as :func:`decode_segment` (a corrupt segment is not remembered).
+            SegmentCorrupt: as :func:`check_segment` (a corrupt segment is not remembered).
         """
+        return self._checked(head, body).events()
+
+    def payloads(self, head: SegmentHead, body: bytes, after: int, upto: int) -> list[tuple[int, bytes]]:
+        """``(version, payload)`` of the segment's events in ``(after, upto]`` (a load's
+        part of it), checked as :meth:`decode` checks, without building the rows."""
+        return self._checked(head, body).payloads(after, upto)
+
+    def _checked(self, head: SegmentHead, body: bytes) -> DecodedSegment:
         if self._max_decoded <= 0:
-            return decode_segment(head, body)
+            return check_segment(head, body)
         key = (head, body)
         found = self._decoded.get(key)
         if found is None:
-            found = tuple(decode_segment(head, body))
-            cost = len(body) + _EVENT_OVERHEAD * len(found) + sum(
-                len(e.row.payload) + len(e.row.metadata or b"") + len(e.row.native or b"") for e in found
-            )
+            found = check_segment(head, body)
+            # The rows the events become (once asked for) counted in from the start.
+            cost = len(body) + _EVENT_OVERHEAD * len(found) + found.field_bytes()
             if cost > self._max_decoded:
-                return list(found)
+                return found
             if self._decoded_bytes + cost > self._max_decoded:
                 self._decoded.clear()
                 self._decoded_bytes = 0
             self._decoded[key] = found
             self._decoded_bytes += cost
-        return list(found)
+        return found
