@@ -373,13 +373,22 @@ def test_a_failing_sealer_never_fails_an_append_and_seals_once_it_can(db_url: st
         engine.dispose()
 
 
+@pytest.mark.parametrize("read_first", [False, True], ids=["unread", "read-and-cached"])
 @pytest.mark.parametrize("column", ["body", "end_hash", "xact_digest", "prev_hash"])
-def test_an_altered_segment_is_caught_by_every_read_and_by_verify(db_url: str, column: str) -> None:
+def test_an_altered_segment_is_caught_by_every_read_and_by_verify(
+    db_url: str, column: str, read_first: bool
+) -> None:
+    """Also once the store's reads have decoded (and its codec remembered) the segment
+    intact: what is remembered is keyed by the bytes read, so the altered ones are checked."""
     actions = chat_session(3, seed=11)
     with make_store(db_url, snapshot_every=1000, seal=False) as store:
         _write(store, "s", actions)
         store.append("bystander", actions[:90])
         store.seal()
+        if read_first:
+            assert store.load("s", version=50).to_json() == fold(actions[:50]).to_json()
+            assert len(list(store.history("s"))) == len(actions)
+            assert len(list(store.feed(idle_timeout=0))) == len(actions) + 90
         engine = create_engine(db_url)
         try:
             with engine.begin() as conn:

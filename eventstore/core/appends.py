@@ -338,11 +338,15 @@ def state_from_parts(parts: LoadParts, version: int, codec: SnapshotCodec | None
 def _with_sealed(rows: list[Any], sealed: tuple[tuple[int, bytes], ...], base: int, version: int) -> list[Any]:
     """The actions ``base + 1..version`` in order: the sealed ones at their versions, the
     rows' (``rows``, in version order) in the versions between (fewer: fold_tail says so)."""
-    at = dict(sealed)
-    if len(rows) + len(at) != version - base:
-        return rows + [orjson.loads(p) for p in at.values()]  # incomplete: fold_tail refuses
+    # One parse of them all, as for the rows' tail: hundreds of calls cost more.
+    parsed = orjson.loads(b"[" + b",".join([p for _, p in sealed]) + b"]")
+    if len(rows) + len(sealed) != version - base:
+        return rows + parsed  # incomplete: fold_tail refuses
+    if not rows:
+        return parsed  # type: ignore[no-any-return]
+    at = dict(zip([v for v, _ in sealed], parsed))
     it = iter(rows)
-    return [orjson.loads(at[v]) if v in at else next(it) for v in range(base + 1, version + 1)]
+    return [at[v] if v in at else next(it) for v in range(base + 1, version + 1)]
 
 
 # -- records ----------------------------------------------------------------------------

@@ -10,6 +10,11 @@ altered in any field, or glued to another chain, fails at every read with
 events' feed numbers (``xact``, not hashed) are checked the same way against
 ``xact_digest``, a digest the database computed from the rows.
 
+A :class:`SegmentCodec` remembers what it decoded, keyed by the segment's head *and* body
+bytes (see :meth:`SegmentCodec.decode`): a segment is immutable, decoding is a function of
+those bytes alone, so a hit is exactly what decoding them again would return, and a body
+or head altered in the database is a different key, decoded and checked afresh.
+
 Layout, before compression: a JSON header (the id the events were hashed under, event
 ids, types, turns, time deltas, actors, feed-number deltas and the byte lengths of the
 payloads, metadata and native data, ``-1`` for none), a newline, then the payloads, the
@@ -21,8 +26,10 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import zlib
 from collections.abc import Sequence
+from typing import Any
 
 import orjson
 
@@ -32,9 +39,12 @@ from eventstore.errors import SegmentCorrupt
 
 __all__ = [
     "FORMAT",
+    "SEGMENT_CACHE_BYTES",
     "SegmentCodec",
     "encode_segment",
     "decode_segment",
+    "check_segment",
+    "DecodedSegment",
     "chain_end",
     "xact_digest",
 ]
@@ -43,6 +53,12 @@ __all__ = [
 FORMAT = 1
 #: zlib at its best ratio: the measured choice (see benchmarks/RESULTS.md, "segment codec").
 _LEVEL = 9
+#: What a codec's decoded segments may hold before its cache is cleared (see
+#: :meth:`SegmentCodec.decode`): about 30,000 events of the benchmark's chats.
+SEGMENT_CACHE_BYTES = 16 << 20
+#: Bytes an event decoded costs beyond its fields' bytes (its row and sealed-event objects,
+#: the bytes and str headers, the ints; measured with tracemalloc: about 390).
+_EVENT_OVERHEAD = 400
 
 
 def xact_digest(xacts: Sequence[int]) -> bytes:
@@ -89,8 +105,52 @@ def encode_segment(events: Sequence[SealedEvent], hashed_as: str) -> bytes:
     return bytes([FORMAT]) + zlib.compress(raw, _LEVEL)
 
 
-def decode_segment(head: SegmentHead, body: bytes) -> list[SealedEvent]:
-    """The events a segment stands for, their hashes recomputed and checked.
+class DecodedSegment:
+    """A segment's events once checked, as columns: the row objects (two per event, a
+    third of the decoding's cost) are built the first time :meth:`events` is asked for,
+    and a load, which needs only payloads, never builds them (:meth:`payloads`)."""
+
+    __slots__ = ("head", "_payloads", "_cols", "_events")
+
+    def __init__(self, head: SegmentHead, payloads: list[bytes], cols: tuple[list[Any], ...]) -> None:
+        self.head = head
+        self._payloads = payloads
+        # ids, types, turns, times, actors, metadata, native data, hashes, feed numbers
+        self._cols = cols
+        self._events: tuple[SealedEvent, ...] | None = None
+
+    def __len__(self) -> int:
+        return len(self._payloads)
+
+    def field_bytes(self) -> int:
+        """The bytes of the events' payloads, metadata and native data."""
+        _, _, _, _, _, metas, natives, _, _ = self._cols
+        return sum(map(len, self._payloads)) + sum(len(m) for m in metas if m) + sum(len(n) for n in natives if n)
+
+    def events(self) -> list[SealedEvent]:
+        """The events, in version order (a list of its own for each caller)."""
+        if self._events is None:
+            ids, types, turns, times, actors, metas, natives, hashes, xacts = self._cols
+            pk, first = self.head.session_pk, self.head.first_version
+            self._events = tuple(
+                SealedEvent(
+                    EventRow(pk, first + i, ids[i], types[i], turns[i], p, times[i], actors[i], metas[i], hashes[i], natives[i]),
+                    xacts[i],
+                )
+                for i, p in enumerate(self._payloads)
+            )
+        return list(self._events)
+
+    def payloads(self, after: int, upto: int) -> list[tuple[int, bytes]]:
+        """``(version, payload)`` of the events in ``(after, upto]``, in version order."""
+        first = self.head.first_version
+        lo = max(after + 1 - first, 0)
+        part = self._payloads[lo : max(upto + 1 - first, 0)]
+        return list(zip(range(first + lo, first + lo + len(part)), part))
+
+
+def check_segment(head: SegmentHead, body: bytes) -> DecodedSegment:
+    """A segment decoded, its hashes recomputed and checked.
 
     Raises:
         SegmentCorrupt: the body does not decode, or its events do not hash to the
@@ -104,8 +164,8 @@ def decode_segment(head: SegmentHead, body: bytes) -> list[SealedEvent]:
         cut = raw.index(b"\n")
         h = orjson.loads(raw[:cut])
         n = head.last_version - head.first_version + 1
-        cols = [h["id"], h["ty"], h["tu"], h["t"], h["a"], h["x"], h["p"], h["m"], h["n"]]
-        if any(len(c) != n for c in cols):
+        ids, types, turns, dt, actors, dx = h["id"], h["ty"], h["tu"], h["t"], h["a"], h["x"]
+        if any(len(c) != n for c in (ids, types, turns, dt, actors, dx, h["p"], h["m"], h["n"])):
             raise ValueError("columns of the wrong length")
         pos = cut + 1
 
@@ -123,33 +183,28 @@ def decode_segment(head: SegmentHead, body: bytes) -> list[SealedEvent]:
         if pos != len(raw):
             raise ValueError("trailing bytes")
         hashed_as = h["s"]
-        out: list[SealedEvent] = []
-        prev, t, x = head.prev_hash, 0, 0
+        times = list(itertools.accumulate(dt))
+        xacts = list(itertools.accumulate(dx))
+        hashes: list[bytes] = []
+        prev = head.prev_hash
         for i in range(n):
-            t += h["t"][i]
-            x += h["x"][i]
-            version = head.first_version + i
             payload = payloads[i]
-            assert payload is not None
-            digest = chain_hash(
+            if payload is None:
+                raise ValueError("an event without a payload")
+            prev = chain_hash(
                 prev,
                 session_id=hashed_as,
-                version=version,
-                event_id=h["id"][i],
-                type=h["ty"][i],
-                turn=h["tu"][i],
+                version=head.first_version + i,
+                event_id=ids[i],
+                type=types[i],
+                turn=turns[i],
                 payload=payload,
-                recorded_at=t,
-                actor=h["a"][i],
+                recorded_at=times[i],
+                actor=actors[i],
                 metadata=metas[i],
                 native=natives[i],
             )
-            row = EventRow(
-                head.session_pk, version, h["id"][i], h["ty"][i], h["tu"][i], payload, t,
-                h["a"][i], metas[i], digest, natives[i],
-            )
-            out.append(SealedEvent(row, x))
-            prev = digest
+            hashes.append(prev)
     except SegmentCorrupt:
         raise
     except Exception as exc:  # noqa: BLE001 - any decoding failure is corruption
@@ -160,11 +215,20 @@ def decode_segment(head: SegmentHead, body: bytes) -> list[SealedEvent]:
         raise SegmentCorrupt(
             f"{where} was altered: its events do not hash to its end hash", version=head.first_version
         )
-    if xact_digest([e.xact for e in out]) != head.xact_digest:
+    if xact_digest(xacts) != head.xact_digest:
         raise SegmentCorrupt(
             f"{where} was altered: its feed numbers do not match their digest", version=head.first_version
         )
-    return out
+    return DecodedSegment(head, payloads, (ids, types, turns, times, actors, metas, natives, hashes, xacts))  # type: ignore[arg-type]
+
+
+def decode_segment(head: SegmentHead, body: bytes) -> list[SealedEvent]:
+    """The events a segment stands for, their hashes recomputed and checked.
+
+    Raises:
+        SegmentCorrupt: as :func:`check_segment`.
+    """
+    return check_segment(head, body).events()
 
 
 def chain_end(prev: bytes, hashed_as: str, rows: Sequence[EventRow]) -> bytes:
@@ -177,9 +241,59 @@ def chain_end(prev: bytes, hashed_as: str, rows: Sequence[EventRow]) -> bytes:
 
 class SegmentCodec:
     """The segment functions as one object: what the engine hands its storage (storage
-    moves bytes and imports no codec; see ``eventstore.storage.interface.SegmentCoder``)."""
+    moves bytes and imports no codec; see ``eventstore.storage.interface.SegmentCoder``).
+
+    Reads of a sealed session decode the same segments again and again (an old-version
+    checkout folds up to 511 sealed events, a head load the turns after its snapshot), and
+    decoding costs a SHA-256 and an object per event. So :meth:`decode` remembers its
+    results, keyed by the segment's head and body bytes, up to ``max_decoded`` bytes
+    (fields plus objects, estimated) before the cache is cleared; ``0`` keeps none.
+    Only get and set on a dict: atomic under the GIL, so threads sharing the codec need no
+    lock (the byte count may drift by a racing entry, which only moves when it clears).
+    """
 
     encode = staticmethod(encode_segment)
-    decode = staticmethod(decode_segment)
     chain_end = staticmethod(chain_end)
     xact_digest = staticmethod(xact_digest)
+
+    def __init__(self, max_decoded: int = SEGMENT_CACHE_BYTES) -> None:
+        self._max_decoded = max_decoded
+        self._decoded: dict[tuple[SegmentHead, bytes], DecodedSegment] = {}
+        self._decoded_bytes = 0
+
+    @property
+    def cached_bytes(self) -> int:
+        """The estimated bytes the decoded segments remembered hold."""
+        return self._decoded_bytes
+
+    def decode(self, head: SegmentHead, body: bytes) -> list[SealedEvent]:
+        """:func:`decode_segment`, or what it returned for this head and these body bytes
+        before (a tampered segment is never a hit: its bytes are not the key's).
+
+        Raises:
+            SegmentCorrupt: as :func:`check_segment` (a corrupt segment is not remembered).
+        """
+        return self._checked(head, body).events()
+
+    def payloads(self, head: SegmentHead, body: bytes, after: int, upto: int) -> list[tuple[int, bytes]]:
+        """``(version, payload)`` of the segment's events in ``(after, upto]`` (a load's
+        part of it), checked as :meth:`decode` checks, without building the rows."""
+        return self._checked(head, body).payloads(after, upto)
+
+    def _checked(self, head: SegmentHead, body: bytes) -> DecodedSegment:
+        if self._max_decoded <= 0:
+            return check_segment(head, body)
+        key = (head, body)
+        found = self._decoded.get(key)
+        if found is None:
+            found = check_segment(head, body)
+            # The rows the events become (once asked for) counted in from the start.
+            cost = len(body) + _EVENT_OVERHEAD * len(found) + found.field_bytes()
+            if cost > self._max_decoded:
+                return found
+            if self._decoded_bytes + cost > self._max_decoded:
+                self._decoded.clear()
+                self._decoded_bytes = 0
+            self._decoded[key] = found
+            self._decoded_bytes += cost
+        return found

@@ -133,6 +133,11 @@ class SegmentCoder(Protocol):
         """The events of a segment, hashes recomputed; raises ``SegmentCorrupt``."""
         ...
 
+    def payloads(self, head: SegmentHead, body: bytes, after: int, upto: int) -> list[tuple[int, bytes]]:
+        """``(version, payload)`` of a segment's events in ``(after, upto]``, checked as
+        :meth:`decode` checks them; raises ``SegmentCorrupt``."""
+        ...
+
     def chain_end(self, prev: bytes, hashed_as: str, rows: Sequence[EventRow]) -> bytes:
         """The chain hash after ``rows`` recomputed from ``prev``."""
         ...

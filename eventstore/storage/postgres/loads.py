@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Mapping
 from typing import Any, TypeVar
@@ -54,10 +55,15 @@ class HotLoads(Connections):
         v, base = (row.head if version is None else version), (r.version or 0)
 
         def segments() -> list[Any]:
-            q = self._q_segments
-            with self._errors(), self._autocommit(hot=True) as cur:
-                cur.execute(q.sql, q.args({"pk": row.pk, "after": base, "upto": v}))
-                return cur.fetchall()
+            # Read by the load statement itself (see load_stmt): rows shaped as S_SEGMENTS's.
+            if r.g_first_version is None:
+                return []
+            return list(
+                zip(
+                    itertools.repeat(row.pk), r.g_first_version, r.g_last_version, r.g_prev_hash,
+                    r.g_end_hash, r.g_xact_digest, r.g_min_xact, r.g_max_xact, r.g_body,
+                )
+            )
 
         return self._complete_load(
             row,

@@ -33,7 +33,7 @@ from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 from eventstore.core.rows import DIGEST_SIZE
 from eventstore.storage.catalogue import EFFECT_TYPES, catalogue_values
 from eventstore.storage.postgres.feed_barrier import writers_barrier
-from eventstore.storage.schema import EVENT_COLUMNS, events, sessions, snapshot_blobs, snapshots
+from eventstore.storage.schema import EVENT_COLUMNS, event_segments, events, sessions, snapshot_blobs, snapshots
 from eventstore.storage.sql.statements import S_MOVE_HEAD, Compiled, inline, inline_int, shared, upsert_snapshot
 
 __all__ = [
@@ -430,14 +430,35 @@ def load_stmt(*, by_key: bool) -> Any:
         )
         .lateral("t")
     )
+    # The sealed segments the tail crosses, as one array per column in version order: only
+    # when the rows fall short of the tail (a one-time filter: a session without sealed
+    # turns in its tail probes nothing), so a checkout needs no second round trip for them.
+    sg = event_segments.alias("sg")
+    after = func.coalesce(n.c.version, inline_int(0))
+    gs = select(
+        *(
+            func.array_agg(aggregate_order_by(col, sg.c.first_version)).label(f"g_{col.name}")
+            for col in (
+                sg.c.first_version, sg.c.last_version, sg.c.prev_hash, sg.c.end_hash,
+                sg.c.xact_digest, sg.c.min_xact, sg.c.max_xact, sg.c.body,
+            )
+        )
+    ).where(
+        root,
+        t.c.n < upto - after,
+        sg.c.session_pk == key,
+        sg.c.last_version > after,
+        sg.c.first_version <= upto,
+    ).lateral("gs")
     stmt = (
         select(
             s.c.pk, s.c.id, s.c.parent_pk, s.c.fork_version, s.c.head, s.c.head_hash,
             s.c.head_turn, s.c.baseline, s.c.baseline_hash, s.c.baseline_turn, s.c.created_at,
             n.c.version, n.c.rest, m.c.bodies, m.c.n_digests, m.c.n_found, t.c.payloads, t.c.n,
+            *gs.c,
         )
         .select_from(
-            s.outerjoin(n, true()).outerjoin(m, true()).outerjoin(t, true())
+            s.outerjoin(n, true()).outerjoin(m, true()).outerjoin(t, true()).outerjoin(gs, true())
         )
         .where(s.c.id == _P("id"))
     )

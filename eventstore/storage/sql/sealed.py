@@ -188,11 +188,14 @@ class Sealing:
     def use_segments(self, coder: SegmentCoder) -> None:
         self.segment_coder = coder
 
-    def _decode(self, head: SegmentHead, body: Any) -> list[SealedEvent]:
+    def _coder(self) -> SegmentCoder:
         coder = self.segment_coder
         if coder is None:
             raise StorageError("this storage holds sealed segments but was given no segment codec")
-        return coder.decode(head, bytes(body))
+        return coder
+
+    def _decode(self, head: SegmentHead, body: Any) -> list[SealedEvent]:
+        return self._coder().decode(head, bytes(body))
 
     # -- reads by version ---------------------------------------------------------------
 
@@ -242,9 +245,10 @@ class Sealing:
     def _sealed_payloads(self, found: Sequence[Any], after: int, upto: int) -> tuple[tuple[int, bytes], ...]:
         """``(version, payload)`` of the sealed events in ``(after, upto]``, from rows of
         :data:`S_SEGMENTS` (a load's sealed part of its tail)."""
+        coder = self._coder()
         out: list[tuple[int, bytes]] = []
         for r in found:
-            out += [(e.row.version, e.row.payload) for e in self._decode(_head(r), r[8]) if after < e.row.version <= upto]
+            out += coder.payloads(_head(r), bytes(r[8]), after, upto)
         out.sort()
         return tuple(out)
 
