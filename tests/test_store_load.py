@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import orjson
 import pytest
 from conftest import BACKENDS, PARTITIONED, make_store
 from sqlalchemy import Engine, text
@@ -116,6 +117,20 @@ def test_a_codec_load_reuses_the_messages_of_blobs_it_decoded_and_stays_within_i
             assert loads[0]["messages"][0] is not loads[1]["messages"][0]
 
 
+def test_blobs_of_every_packing_read_back_as_the_same_messages() -> None:
+    from eventstore.core.codec import SnapshotCodec, blob_array, pack_blob, unpack_blob
+
+    body = b'{"id":"a","parts":[]},{"id":"b","parts":[{"text":"x","type":"text"}]}'
+    today, earlier = pack_blob(body), pack_blob(body, array=False)
+    assert today[:1] == b"\x02" and earlier[:1] == b"\x01"
+    for stored in (today, earlier, body):  # LZ4 of an array, LZ4 of the body, raw JSON
+        assert unpack_blob(stored) == body
+        assert blob_array(stored) == b"[" + body + b"]"
+    expected = orjson.loads(b"[" + body + b"]") * 3
+    assert SnapshotCodec.messages([today, earlier, body]) == expected
+    assert SnapshotCodec().load(b'{"status":"idle"}', [today, earlier, body])["messages"] == expected
+
+
 def test_chunk_spans_take_the_largest_aligned_blobs_first() -> None:
     from eventstore.core.codec import chunk_spans
 
@@ -128,16 +143,27 @@ def test_chunk_spans_take_the_largest_aligned_blobs_first() -> None:
         assert [i for s in spans for i in range(*s)] == list(range(n))
 
 
-# (messages per chunk, growth, packed): one raw blob per message (the first format), flat
-# raw chunks of 16 (the format before blobs were packed), packed growing chunks (today's).
-@pytest.mark.parametrize("fmt", [(1, 1, False), (16, 1, False), (3, 2, True), (8, 8, True)])
-def test_snapshots_of_any_format_load_alike(db_url: str, fmt: tuple[int, int, bool]) -> None:
+# (messages per chunk, growth, packed, array): one raw blob per message (the first format),
+# flat raw chunks of 16 (the format before blobs were packed), packed growing chunks without
+# brackets (the format before blobs held arrays), packed arrays of growing chunks (today's).
+@pytest.mark.parametrize(
+    "fmt",
+    [
+        (1, 1, False, True),
+        (16, 1, False, True),
+        (3, 2, True, False),
+        (8, 8, True, False),
+        (3, 2, True, True),
+        (8, 8, True, True),
+    ],
+)
+def test_snapshots_of_any_format_load_alike(db_url: str, fmt: tuple[int, int, bool, bool]) -> None:
     from eventstore.core.codec import SnapshotCodec
 
     actions = chat_session(6, seed=fmt[0])
     make_store(db_url).close()
     writer = store_mod.Engine(db_url, snapshot_every=7)
-    writer.planner.codec = SnapshotCodec(chunk_messages=fmt[0], growth=fmt[1], packed=fmt[2])
+    writer.planner.codec = SnapshotCodec(chunk_messages=fmt[0], growth=fmt[1], packed=fmt[2], array=fmt[3])
     half = len(actions) // 2
     for i in range(0, half, 30):
         writer.append("s", actions[i : min(half, i + 30)])

@@ -39,6 +39,7 @@ __all__ = [
     "chunk_spans",
     "pack_blob",
     "unpack_blob",
+    "blob_array",
     "decode_many",
 ]
 
@@ -52,8 +53,10 @@ CHUNK_GROWTH = 8
 #: Bytes of decoded blob JSON a codec's loads remember (see :meth:`SnapshotCodec.load`):
 #: the messages of a few dozen long chats, about three times as many bytes in objects.
 DECODED_CACHE_BYTES = 16 << 20
-#: The first byte of a blob packed by :func:`pack_blob` (a raw blob's is ``{``).
-_LZ4_BLOB = b"\x01"
+#: The first byte of a blob packed by :func:`pack_blob`: LZ4 of the chunk's messages as a
+#: JSON array (a raw blob's is ``{``; ``\x01`` was LZ4 of the messages without brackets).
+_LZ4_ARRAY = b"\x02"
+_LZ4_BODY = b"\x01"
 #: Bumped if the envelope layout ever changes (it is hashed first).
 _ENVELOPE_FORMAT = 1
 _NONE = b"\xff\xff\xff\xff"
@@ -245,8 +248,9 @@ def recorded_hash(prev: bytes, session_id: str, event: HashedFields) -> bytes:
     )
 
 
-def pack_blob(body: bytes) -> bytes:
-    """A snapshot blob as stored: ``body`` compressed with LZ4, after a tag byte.
+def pack_blob(body: bytes, *, array: bool = True) -> bytes:
+    """A snapshot blob as stored: ``body`` (messages joined by commas) compressed with LZ4,
+    after a tag byte.
 
     Compressing here rather than in the database means the server sends a load's snapshot
     as the few bytes it stores, instead of decompressing and sending all of it; LZ4
@@ -255,14 +259,34 @@ def pack_blob(body: bytes) -> bytes:
     level 9 for a fifth of the time (a snapshot the codec's cache has not seen compresses
     in about twice the time of its canonical JSON and hashing), and a quarter fewer bytes
     than the fast mode.
+
+    The brackets of a JSON array are compressed with the messages (two bytes more), so
+    that a load parses what LZ4 gives back as it is, without copying every blob once more
+    to add them (:func:`blob_array`). ``array=False`` writes the earlier format (tag
+    ``\x01``, the messages without brackets), which loads read as well.
     """
-    return _LZ4_BLOB + lz4.block.compress(body, mode="high_compression", compression=3)
+    if array:
+        return _LZ4_ARRAY + lz4.block.compress(b"[" + body + b"]", mode="high_compression", compression=3)
+    return _LZ4_BODY + lz4.block.compress(body, mode="high_compression", compression=3)
+
+
+def blob_array(stored: bytes) -> bytes:
+    """The messages of a stored snapshot blob as the bytes of a JSON array, of any format:
+    :func:`pack_blob`'s as LZ4 gives them back, an earlier blob's with brackets added."""
+    tag = stored[:1]
+    if tag == _LZ4_ARRAY:
+        return lz4.block.decompress(memoryview(stored)[1:])  # type: ignore[no-any-return]
+    return b"[" + unpack_blob(stored) + b"]"
 
 
 def unpack_blob(stored: bytes) -> bytes:
-    """The body of a stored snapshot blob: :func:`pack_blob`'s, or a blob written before
-    blobs were compressed, which is its JSON as it is (it starts with ``{``)."""
-    if stored[:1] == _LZ4_BLOB:
+    """The body of a stored snapshot blob (its messages joined by commas, no brackets):
+    :func:`pack_blob`'s of either tag, or a blob written before blobs were compressed,
+    which is its JSON as it is (it starts with ``{``)."""
+    tag = stored[:1]
+    if tag == _LZ4_ARRAY:
+        return lz4.block.decompress(memoryview(stored)[1:])[1:-1]  # type: ignore[no-any-return]
+    if tag == _LZ4_BODY:
         return lz4.block.decompress(memoryview(stored)[1:])  # type: ignore[no-any-return]
     return stored
 
@@ -332,6 +356,8 @@ class SnapshotCodec:
         chunk_messages: messages in the smallest chunk.
         growth: each larger chunk size is this many times the one below (1: flat chunks).
         packed: compress the blobs (``False`` writes the older format: raw JSON).
+        array: packed blobs hold JSON arrays (``False`` writes the earlier packed format,
+            see :func:`pack_blob`).
         max_decoded: bytes of decoded blob JSON remembered by :meth:`load` before its
             cache is cleared (0: none).
     """
@@ -342,6 +368,7 @@ class SnapshotCodec:
         chunk_messages: int = CHUNK_MESSAGES,
         growth: int = CHUNK_GROWTH,
         packed: bool = True,
+        array: bool = True,
         max_decoded: int = DECODED_CACHE_BYTES,
     ) -> None:
         if chunk_messages < 1 or growth < 1:
@@ -350,6 +377,7 @@ class SnapshotCodec:
         self._k = chunk_messages
         self._growth = growth
         self._packed = packed
+        self._array = array
         self._by_id: dict[int, tuple[Any, bytes, bytes]] = {}
         self._chunks: dict[bytes, tuple[bytes, bytes]] = {}
         self._max_decoded = max_decoded
@@ -389,7 +417,7 @@ class SnapshotCodec:
             if chunk is None:
                 body = b",".join(bodies[start:end])
                 if self._packed:
-                    body = pack_blob(body)
+                    body = pack_blob(body, array=self._array)
                     digest = hashlib.sha256(body).digest()[:DIGEST_SIZE]
                 else:
                     # A raw chunk of one message: its key is already the digest of these bytes.
@@ -405,9 +433,12 @@ class SnapshotCodec:
         """The messages of stored blobs, in order."""
         # One parse of a JSON array is much faster than one orjson call per message; the
         # array is joined in one copy (each temporary of the state's size costs page faults).
-        pieces = [b"["]
+        pieces: list[Any] = [b"["]
         for blob in stored:
-            pieces += (unpack_blob(blob), b",")
+            if blob[:1] == _LZ4_ARRAY:
+                pieces += (memoryview(blob_array(blob))[1:-1], b",")
+            else:
+                pieces += (unpack_blob(blob), b",")
         if len(pieces) == 1:
             return []
         pieces[-1] = b"]"
@@ -432,13 +463,13 @@ class SnapshotCodec:
             # sharing the codec need no lock.
             found = cache.get(blob)
             if found is None:
-                body = unpack_blob(blob)
-                found = orjson.loads(b"[" + body + b"]")
-                if self._decoded_bytes + len(body) > self._max_decoded:
+                array = blob_array(blob)
+                found = orjson.loads(array)
+                if self._decoded_bytes + len(array) > self._max_decoded:
                     cache.clear()
                     self._decoded_bytes = 0
                 cache[blob] = found
-                self._decoded_bytes += len(body)
+                self._decoded_bytes += len(array)
             messages += found
         state: dict[str, Any] = {"messages": messages}
         state.update(orjson.loads(rest))

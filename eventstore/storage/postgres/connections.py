@@ -22,6 +22,8 @@ __all__ = ["Connections", "on_checkin", "on_reset"]
 
 
 _CHECKED_IN = "eventstore_checked_in"
+# The psycopg cursor a pooled connection's one-statement calls reuse (see _cursor).
+_CURSOR = "eventstore_cursor"
 _IDLE = psycopg.pq.TransactionStatus.IDLE
 
 
@@ -46,6 +48,22 @@ def _readable(dbapi_conn: Any) -> bool:
     except (OSError, ValueError, psycopg.Error):
         return True
     return bool(r)
+
+
+def _cursor(entry: Any, pg: Any) -> Any:
+    """The cursor of a pooled connection's one-statement calls, made once per connection.
+
+    A new psycopg cursor per statement builds its adapters and state every time: ~6 µs of
+    client CPU a call in a loop, ~70 µs when the call finds the CPU's caches cold (a
+    session's first load after the process did other work). Reused, it is reset to what a
+    new one would be; it keeps its last result until the next statement replaces it.
+    """
+    cur = entry.info.get(_CURSOR)
+    if cur is None or cur.connection is not pg or cur.closed:
+        cur = entry.info[_CURSOR] = pg.cursor()
+    else:
+        cur.row_factory = pg.row_factory
+    return cur
 
 
 class _AwaitedCursor:
@@ -196,8 +214,11 @@ class Connections(SqlStorage):
             if self._closed:  # while this call waited for its connection
                 raise StorageError("the store is closed", retryable=False)
             # A psycopg cursor (binary=, %b, prepare=), awaited on the loop by the async engine.
-            with _AwaitedCursor(pg.cursor()) if self._asyncio else pg.cursor() as cur:
-                yield cur
+            if self._asyncio:
+                with _AwaitedCursor(pg.cursor()) as cur:
+                    yield cur
+            else:
+                yield _cursor(entry, pg)
             keep = True
         except psycopg.OperationalError:
             self._suspect_before = time.monotonic()
