@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import inspect
+import logging
 import os
 import random
 import threading
@@ -615,3 +616,34 @@ def test_sync_and_async_stores_share_a_database_at_the_same_time(db_url: str) ->
         asyncio.run(scenario())
     finally:
         sync_store.close()
+
+
+def test_a_reader_cancelled_by_a_cancel_scope_gives_its_connection_back_cleanly(
+    db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A web framework ends a stream whose client went away by cancelling a cancel scope,
+    which cancels every await in it, cleanup included. A follower or a history cut at any
+    point must not break the pool's return of its connection (SQLAlchemy then logs
+    "Exception during reset" with a traceback and throws the connection away)."""
+    import anyio
+
+    make_store(db_url).close()
+
+    async def main() -> list[int]:
+        async with AsyncEventStore(db_url) as store:
+            await store.append("s", [_send(f"m{i}") for i in range(3000)])
+            rng = random.Random(7)
+            for i in range(60):
+                with anyio.move_on_after(rng.uniform(0, 0.02)):
+                    if i % 2:
+                        async for _ in store.history("s"):
+                            pass
+                    else:
+                        async for _ in store.follow("s", idle_timeout=5):
+                            pass
+            # Still serves, on connections the pool kept.
+            return [await store.head("s"), len([e async for e in store.history("s", upto=10)])]
+
+    with caplog.at_level(logging.ERROR, logger="sqlalchemy.pool"):
+        assert asyncio.run(main()) == [3000, 10]
+    assert not [r for r in caplog.records if r.name.startswith("sqlalchemy.pool")], caplog.text

@@ -34,7 +34,7 @@ from eventstore.engine.reads import CLOSE_TIMEOUT
 from eventstore.errors import StorageError
 from eventstore.storage.interface import AsyncChangeWatcher
 
-__all__ = ["run", "iterate", "live", "AsyncOpenFollowers", "STEPS_PER_SWITCH"]
+__all__ = ["run", "run_to_end", "iterate", "live", "AsyncOpenFollowers", "STEPS_PER_SWITCH"]
 
 T = TypeVar("T")
 
@@ -50,6 +50,25 @@ async def run(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     are (the same :class:`~eventstore.errors.EventStoreError` the sync store raises).
     """
     return await greenlet_spawn(fn, *args, **kwargs)
+
+
+async def run_to_end(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """:func:`run` for a read whose caller may be cancelled at any moment (a stream's client
+    going away): the caller's cancellation returns at once, and the read runs to its end in
+    a task of its own. Cancelled inside the greenlet instead, the read would be cut in the
+    middle of giving its connection back (the pool's rollback awaits too, and a cancel
+    scope cancels every await in it): the pool logs the failed reset and discards the
+    connection. Only for reads: a cancelled write should not go on."""
+    task = asyncio.ensure_future(run(fn, *args, **kwargs))
+    task.add_done_callback(_retrieved)
+    return await asyncio.shield(task)
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    # A read left to finish after its caller was cancelled: its outcome goes nowhere (and
+    # asyncio would otherwise report an exception "never retrieved").
+    if not task.cancelled():
+        task.exception()
 
 
 def _take(it: Iterator[T], n: int) -> list[T]:
@@ -70,9 +89,9 @@ async def iterate(
     items are then pulled in slices of :data:`STEPS_PER_SWITCH`, each slice in a greenlet,
     so the storage reads they need await on the loop as well.
     """
-    it = await run(fn, *args, **kwargs)
+    it = await run_to_end(fn, *args, **kwargs)
     while True:
-        items = await run(_take, it, STEPS_PER_SWITCH)
+        items = await run_to_end(_take, it, STEPS_PER_SWITCH)
         for item in items:
             yield item
         if len(items) < STEPS_PER_SWITCH:
@@ -88,9 +107,9 @@ async def live(
 
     The plan is made (arguments checked, the session looked up) when iteration starts.
     """
-    plan = await run(make_plan)
+    plan = await run_to_end(make_plan)
     while True:
-        chunk = await run(_take, plan.past, STEPS_PER_SWITCH)
+        chunk = await run_to_end(_take, plan.past, STEPS_PER_SWITCH)
         for ev in chunk:
             if not plan.handing_out(ev):
                 return
@@ -101,7 +120,7 @@ async def live(
     while not plan.state.closed:
         seen = await watcher.generation()
         try:
-            batch, pending, full = await run(plan.read)
+            batch, pending, full = await run_to_end(plan.read)
         except StorageError as exc:
             await asyncio.sleep(plan.retry_delay(exc, time.monotonic()))
             continue
