@@ -31,6 +31,10 @@ from eventstore.storage.interface import AsyncChangeWatcher, ChangeWatcher
 
 __all__ = ["Probe", "ThreadWatcher", "AsyncProbe", "TaskWatcher", "Signal", "Notifier"]
 
+#: The longest a sync reader waits for a change in one go (s): it then checks again, so a
+#: waiting main thread runs a pending signal handler (Ctrl-C) at least this often.
+_SIGNAL_CHECK = 0.5
+
 
 class Probe(ABC):
     """A backend's way of noticing commits on a dedicated connection."""
@@ -146,7 +150,9 @@ class ThreadWatcher(ChangeWatcher):
                     # Polling fallback: let the reader look again this often.
                     self._cond.wait(self._fallback if left is None else min(left, self._fallback))
                     break
-                self._cond.wait(left)
+                # Never one untimed wait: a signal (Ctrl-C) the kernel hands to another thread
+                # only reaches the main thread's handler once that thread runs Python again.
+                self._cond.wait(_SIGNAL_CHECK if left is None else min(left, _SIGNAL_CHECK))
             return self._gen
 
     def wake(self) -> None:
