@@ -21,6 +21,7 @@ from typing import Any, Protocol
 import lz4.block
 import orjson
 
+from eventstore.core.memo import BoundedMemo
 from eventstore.errors import InvalidEvent
 
 __all__ = [
@@ -380,9 +381,7 @@ class SnapshotCodec:
         self._array = array
         self._by_id: dict[int, tuple[Any, bytes, bytes]] = {}
         self._chunks: dict[bytes, tuple[bytes, bytes]] = {}
-        self._max_decoded = max_decoded
-        self._decoded: dict[bytes, list[Any]] = {}
-        self._decoded_bytes = 0
+        self._decoded: BoundedMemo[bytes, list[Any]] = BoundedMemo(max_decoded)
 
     def encode(self, state: Mapping[str, Any]) -> tuple[bytes, bytes, dict[bytes, bytes]]:
         """Split a state.
@@ -451,25 +450,24 @@ class SnapshotCodec:
         state.update(orjson.loads(rest))
         return state
 
+    def forget_decoded(self) -> None:
+        """Forget the messages :meth:`load` remembered (a benchmark's first load)."""
+        self._decoded.clear()
+
     def load(self, rest: bytes, stored: Iterable[bytes]) -> dict[str, Any]:
         """:meth:`decode`, reusing the messages of blobs this codec has decoded before."""
-        if self._max_decoded <= 0:
-            return self.decode(rest, stored)
         cache = self._decoded
+        if not cache.enabled:
+            return self.decode(rest, stored)
         messages: list[Any] = []
         for blob in stored:
             # Keyed by the stored bytes (hashed once per bytes object): the load reads
-            # blobs, not their digests. Only get and set: atomic under the GIL, so threads
-            # sharing the codec need no lock.
+            # blobs, not their digests.
             found = cache.get(blob)
             if found is None:
                 array = blob_array(blob)
                 found = orjson.loads(array)
-                if self._decoded_bytes + len(array) > self._max_decoded:
-                    cache.clear()
-                    self._decoded_bytes = 0
-                cache[blob] = found
-                self._decoded_bytes += len(array)
+                cache.put(blob, found, len(array))
             messages += found
         state: dict[str, Any] = {"messages": messages}
         state.update(orjson.loads(rest))

@@ -34,6 +34,7 @@ from typing import Any
 import orjson
 
 from eventstore.core.codec import chain_hash, recorded_hash
+from eventstore.core.memo import BoundedMemo
 from eventstore.core.rows import EventRow, SealedEvent, SegmentHead
 from eventstore.errors import SegmentCorrupt
 
@@ -247,9 +248,8 @@ class SegmentCodec:
     checkout folds up to 511 sealed events, a head load the turns after its snapshot), and
     decoding costs a SHA-256 and an object per event. So :meth:`decode` remembers its
     results, keyed by the segment's head and body bytes, up to ``max_decoded`` bytes
-    (fields plus objects, estimated) before the cache is cleared; ``0`` keeps none.
-    Only get and set on a dict: atomic under the GIL, so threads sharing the codec need no
-    lock (the byte count may drift by a racing entry, which only moves when it clears).
+    (fields plus objects, estimated; a :class:`~eventstore.core.memo.BoundedMemo`); ``0``
+    keeps none.
     """
 
     encode = staticmethod(encode_segment)
@@ -257,14 +257,12 @@ class SegmentCodec:
     xact_digest = staticmethod(xact_digest)
 
     def __init__(self, max_decoded: int = SEGMENT_CACHE_BYTES) -> None:
-        self._max_decoded = max_decoded
-        self._decoded: dict[tuple[SegmentHead, bytes], DecodedSegment] = {}
-        self._decoded_bytes = 0
+        self._decoded: BoundedMemo[tuple[SegmentHead, bytes], DecodedSegment] = BoundedMemo(max_decoded)
 
     @property
     def cached_bytes(self) -> int:
         """The estimated bytes the decoded segments remembered hold."""
-        return self._decoded_bytes
+        return self._decoded.bytes
 
     def decode(self, head: SegmentHead, body: bytes) -> list[SealedEvent]:
         """:func:`decode_segment`, or what it returned for this head and these body bytes
@@ -281,19 +279,13 @@ class SegmentCodec:
         return self._checked(head, body).payloads(after, upto)
 
     def _checked(self, head: SegmentHead, body: bytes) -> DecodedSegment:
-        if self._max_decoded <= 0:
+        memo = self._decoded
+        if not memo.enabled:
             return check_segment(head, body)
         key = (head, body)
-        found = self._decoded.get(key)
+        found = memo.get(key)
         if found is None:
             found = check_segment(head, body)
             # The rows the events become (once asked for) counted in from the start.
-            cost = len(body) + _EVENT_OVERHEAD * len(found) + found.field_bytes()
-            if cost > self._max_decoded:
-                return found
-            if self._decoded_bytes + cost > self._max_decoded:
-                self._decoded.clear()
-                self._decoded_bytes = 0
-            self._decoded[key] = found
-            self._decoded_bytes += cost
+            memo.put(key, found, len(body) + _EVENT_OVERHEAD * len(found) + found.field_bytes())
         return found
